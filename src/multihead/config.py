@@ -1,0 +1,98 @@
+"""Frozen configurations. Make a variant with ``dataclasses.replace(cfg, n_heads=8)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multihead._checks import check_choice, check_positive_int, check_probability
+
+INIT_SCHEMES = ("xavier", "scaled", "ds_init", "shared_heads")
+NORMS = ("pre", "post")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and options of a small Transformer.
+
+    ``d_key``/``d_value`` default to ``d_model // n_heads``; ``d_ff`` to ``4 * d_model``;
+    ``n_classes`` (the output size) to ``vocab_size``. ``n_decoder_layers`` is only used by
+    the encoder-decoder. ``init`` names an init scheme (see ``multihead.model.init_model``):
+    ``init_gain`` scales it and ``init_epsilon`` is the noise of ``"shared_heads"``.
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    n_decoder_layers: int = 2
+    d_key: int | None = None
+    d_value: int | None = None
+    d_ff: int | None = None
+    n_classes: int | None = None
+    max_len: int = 64
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    drophead: float = 0.0
+    norm: str = "pre"
+    init: str = "xavier"
+    init_gain: float = 1.0
+    init_epsilon: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("n_decoder_layers", self.n_decoder_layers)
+        for name in ("d_key", "d_value", "d_ff", "n_classes"):
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        if (self.d_key is None or self.d_value is None) and self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                "choose sizes that divide, or set d_key and d_value explicitly"
+            )
+        for name in ("dropout", "attn_dropout", "drophead"):
+            check_probability(name, getattr(self, name))
+        check_choice("norm", self.norm, NORMS)
+        check_choice("init", self.init, INIT_SCHEMES)
+        if not isinstance(self.init_gain, (int, float)) or self.init_gain <= 0:
+            raise ValueError(f"init_gain={self.init_gain!r} must be a positive number")
+        if not isinstance(self.init_epsilon, (int, float)) or self.init_epsilon < 0:
+            raise ValueError(f"init_epsilon={self.init_epsilon!r} must be >= 0")
+
+    @property
+    def head_key_size(self) -> int:
+        """The key size each head actually uses."""
+        return self.d_key if self.d_key is not None else self.d_model // self.n_heads
+
+    @property
+    def head_value_size(self) -> int:
+        """The value size each head actually uses."""
+        return self.d_value if self.d_value is not None else self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings: AdamW with linear warm-up, then a constant rate."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: int = 50
+    grad_clip: float = 1.0
+    seed: int = 0
+    eval_every: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive_int("steps", self.steps)
+        check_positive_int("batch_size", self.batch_size)
+        if not isinstance(self.lr, (int, float)) or self.lr <= 0:
+            raise ValueError(f"lr={self.lr!r} must be a positive number")
+        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
+            raise ValueError(f"weight_decay={self.weight_decay!r} must be >= 0")
+        for name in ("warmup", "seed", "eval_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}={value!r} must be a non-negative int")
+        if not isinstance(self.grad_clip, (int, float)) or self.grad_clip < 0:
+            raise ValueError(f"grad_clip={self.grad_clip!r} must be >= 0 (0 turns clipping off)")

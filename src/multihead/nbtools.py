@@ -1,0 +1,125 @@
+"""Maintenance of the course notebooks: the shared setup cell, and full-mode runs.
+
+Two commands, run from the repository root::
+
+    python -m multihead.nbtools sync          # write the setup cell into every notebook
+    python -m multihead.nbtools run [NB ...]  # re-execute notebooks in full mode, in place
+
+The repository URL lives in one place, ``repository.url`` in ``_config.yml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+SETUP_MARKER = "# Setup (the same in every notebook)"
+SETUP_TEMPLATE = """\
+# Setup (the same in every notebook). On Colab this installs the course package from
+# the repository (choose Runtime > Change runtime type > GPU for speed); locally, where
+# `pip install -r requirements.txt` installed it, this cell does nothing.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("google.colab") and not importlib.util.find_spec("multihead"):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "multihead @ git+{url}"], check=True
+    )"""
+
+COLAB_METADATA = {"provenance": [], "gpuType": "T4"}
+
+
+def repository_url(root: Path) -> str:
+    """The repository URL from ``_config.yml`` (``repository: url:``)."""
+    import yaml
+
+    config = yaml.safe_load((Path(root) / "_config.yml").read_text())
+    try:
+        url = config["repository"]["url"]
+    except (KeyError, TypeError) as err:
+        raise ValueError("_config.yml has no repository.url") from err
+    if not isinstance(url, str) or not url.startswith("https://"):
+        raise ValueError(f"repository.url={url!r} in _config.yml must be an https URL")
+    return url
+
+
+def setup_source(root: Path) -> str:
+    """The setup cell's source, filled in from ``_config.yml``."""
+    return SETUP_TEMPLATE.format(url=repository_url(root))
+
+
+def notebooks(root: Path) -> list[Path]:
+    """The course notebooks, in order."""
+    return sorted((Path(root) / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def sync(root: Path, paths: list[Path] | None = None) -> list[Path]:
+    """Make cell 1 of each notebook the setup cell and ask Colab for a GPU; return changed."""
+    import nbformat
+
+    source = setup_source(root)
+    changed = []
+    for path in paths or notebooks(root):
+        nb = nbformat.read(path, as_version=4)
+        first = nb.cells[0] if nb.cells else None
+        if (
+            first is not None
+            and first.cell_type == "code"
+            and first.source.startswith(SETUP_MARKER)
+        ):
+            if first.source == source:
+                before = None
+            else:
+                before = first.source
+                first.source = source
+        else:
+            before = ""
+            nb.cells.insert(0, nbformat.v4.new_code_cell(source))
+        meta_before = (nb.metadata.get("accelerator"), nb.metadata.get("colab"))
+        nb.metadata["accelerator"] = "GPU"
+        nb.metadata["colab"] = dict(COLAB_METADATA)
+        if before is not None or meta_before != ("GPU", COLAB_METADATA):
+            nbformat.write(nb, path)
+            changed.append(path)
+    return changed
+
+
+def run(root: Path, paths: list[Path] | None = None, fast: bool = False) -> None:
+    """Execute notebooks in place (full mode unless ``fast``), in their own folder."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    os.environ["MULTIHEAD_FAST"] = "1" if fast else "0"
+    for path in paths or notebooks(root):
+        nb = nbformat.read(path, as_version=4)
+        start = time.perf_counter()
+        NotebookClient(
+            nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": path.parent}}
+        ).execute()
+        nbformat.write(nb, path)
+        print(f"{path}: {time.perf_counter() - start:.0f} s ({'fast' if fast else 'full'} mode)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m multihead.nbtools", description=__doc__)
+    parser.add_argument("command", choices=["sync", "run"])
+    parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: all)")
+    parser.add_argument("--fast", action="store_true", help="run in fast mode")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root")
+    args = parser.parse_args(argv)
+    paths = [p.resolve() for p in args.paths] or None
+    if args.command == "sync":
+        for path in sync(args.root, paths):
+            print(f"updated {path}")
+    else:
+        sync(args.root, paths)
+        run(args.root, paths, fast=args.fast)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

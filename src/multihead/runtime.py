@@ -1,0 +1,97 @@
+"""Fast/full mode, device choice and seeding.
+
+Every notebook runs in one of two modes. Readers get *full* mode (the sizes the book
+reports); the test-suite sets ``MULTIHEAD_FAST=1`` and gets *fast* mode (small sizes,
+same qualitative conclusion). ``pick(full=..., fast=...)`` is the only switch a
+notebook needs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+T = TypeVar("T")
+
+FAST_ENV = "MULTIHEAD_FAST"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def is_fast() -> bool:
+    """Return True when ``MULTIHEAD_FAST`` asks for fast mode.
+
+    Shapes: none (reads the environment).
+    """
+    value = os.environ.get(FAST_ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(
+        f"{FAST_ENV}={value!r} is not understood; use 1 (fast mode) or 0 / unset (full mode)"
+    )
+
+
+def mode() -> str:
+    """The current mode as a word, ``"fast"`` or ``"full"``, for printing in notebooks.
+
+    Shapes: none.
+    """
+    return "fast" if is_fast() else "full"
+
+
+def pick(*, full: T, fast: T) -> T:
+    """Choose a value by mode: ``full`` for readers, ``fast`` for the test-suite.
+
+    Shapes: none (any values).
+    """
+    return fast if is_fast() else full
+
+
+def device(prefer: str | None = None) -> torch.device:
+    """The device to train on: CUDA if present, else Apple MPS, else the CPU.
+
+    ``prefer`` forces one (``"cpu"``, ``"cuda"``, ``"mps"``). The environment variable
+    ``MULTIHEAD_DEVICE`` does the same without editing a notebook.
+
+    Shapes: none.
+    """
+    choice = prefer if prefer is not None else os.environ.get("MULTIHEAD_DEVICE")
+    if choice is not None:
+        if not isinstance(choice, str) or choice not in {"cpu", "cuda", "mps"}:
+            raise ValueError(f"prefer={choice!r} must be one of 'cpu', 'cuda', 'mps' or None")
+        if choice == "cuda" and not torch.cuda.is_available():
+            raise ValueError("prefer='cuda' but no CUDA device is available")
+        if choice == "mps" and not torch.backends.mps.is_available():
+            raise ValueError("prefer='mps' but no MPS device is available")
+        return torch.device(choice)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch; return a CPU ``torch.Generator`` seeded the same way.
+
+    Results are then deterministic on the CPU (GPU kernels may still differ in the last
+    bits between runs).
+
+    Shapes: none.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if seed < 0:
+        raise ValueError(f"seed={seed} must be non-negative")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (seeds legacy global users too)
+    torch.manual_seed(seed)
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator
