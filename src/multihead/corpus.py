@@ -336,15 +336,18 @@ def make_corpus(
     if n < 10:
         raise ValueError(f"n={n} is too small for three splits; use n >= 10")
     rng, seen, sentences = random.Random(seed), set(), []
-    for _ in range(50 * n):
+    stalled = 0  # draws since the last new sentence: give up when the grammar runs dry
+    while len(sentences) < n:
         s = generate_sentence(rng, cfg)
         if cfg.min_len <= len(s) <= cfg.max_len and s.words not in seen:
             seen.add(s.words)
             sentences.append(s)
-            if len(sentences) == n:
-                break
-    else:
-        raise ValueError(f"could not draw n={n} distinct sentences; lower n or loosen config")
+            stalled = 0
+        elif (stalled := stalled + 1) > 2000:
+            raise ValueError(
+                f"could not draw n={n} distinct sentences (found {len(sentences)}); "
+                "lower n or loosen the config's length limits"
+            )
     n_train, n_valid = int(fractions[0] * n), int(fractions[1] * n)
     train = sentences[:n_train]
     counts = Counter(w for s in train for w in s.words)

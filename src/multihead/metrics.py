@@ -95,3 +95,55 @@ def offset_profile(pattern: Tensor) -> Tensor:
     for j, offset in enumerate(range(-(n - 1), n)):
         out[:, j] = torch.diagonal(mean, offset=offset, dim1=-2, dim2=-1).mean(dim=-1)
     return out
+
+
+def argmax_credit(pattern: Tensor, target: Tensor, atol: float = 1e-6) -> Tensor:
+    """How much of each row's maximum lies on the ``target`` keys, ties shared equally.
+
+    A row whose single largest weight is on a target key scores 1; one whose largest
+    weight is elsewhere scores 0; a row with m tied maxima scores (number of tied maxima
+    on targets) / m. So a uniform row over n keys scores |target| / n, never 1 by the
+    accident of ``argmax`` picking the first key.
+
+    Shapes: pattern (..., query, key), target bool broadcastable to it -> (..., query).
+    """
+    p = check_pattern("pattern", pattern)
+    if not isinstance(target, Tensor) or target.dtype != torch.bool:
+        raise TypeError("target must be a bool tensor marking the keys to hit")
+    try:
+        target = target.expand_as(p)
+    except RuntimeError as err:
+        raise ValueError(
+            f"target of shape {tuple(target.shape)} does not broadcast to pattern {tuple(p.shape)}"
+        ) from err
+    is_max = p >= p.amax(dim=-1, keepdim=True) - atol  # (..., query, key)
+    return (is_max & target).sum(-1).to(p.dtype) / is_max.sum(-1).to(p.dtype)
+
+
+def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
+    """Spearman's rank correlation of two equally shaped tensors (ties get average ranks).
+
+    Shapes: x (...), y (...) with the same number of elements -> scalar.
+    """
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.numel() != y.numel():
+        raise ValueError(f"x has {x.numel()} elements but y has {y.numel()}; they must match")
+    if x.numel() < 2:
+        raise ValueError("rank_correlation needs at least 2 values")
+
+    def ranks(t: Tensor) -> Tensor:
+        t = t.flatten().double()
+        order = t.argsort()
+        r = torch.empty_like(t)
+        r[order] = torch.arange(len(t), dtype=t.dtype)
+        for value in t.unique():  # average the ranks of tied values
+            tied = t == value
+            r[tied] = r[tied].mean()
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denom = (rx.norm() * ry.norm()).clamp_min(1e-12)
+    return (rx @ ry) / denom

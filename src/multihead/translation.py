@@ -1,0 +1,266 @@
+"""The translation model of the head-roles chapter: tensors, training, evaluation, probes.
+
+``train_translation_model()`` builds the corpus of ``multihead.corpus``, trains an
+``EncoderDecoder`` on it and keeps the checkpoint in the cache (``multihead.train.cached_train``),
+so later chapters load the same model instead of retraining it. The helpers below read the
+encoder's attention patterns and per-head outputs and ablate heads one at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from multihead.attention import run_with_cache
+from multihead.config import ModelConfig, TrainConfig
+from multihead.corpus import Corpus, GrammarConfig, Sentence, make_corpus
+from multihead.model import EncoderDecoder
+from multihead.runtime import device as default_device
+from multihead.runtime import pick
+from multihead.tasks import IGNORE
+from multihead.train import History, cached_train, train
+
+PAD_ID, BOS_ID = 0, 1
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A split as padded tensors. ``src`` ends with the end token; ``tgt`` starts with ``<s>``.
+
+    Shapes: src (n, src_len), tgt (n, tgt_len + 1), both padded with 0.
+    """
+
+    src: Tensor
+    tgt: Tensor
+
+    @property
+    def src_padding_mask(self) -> Tensor:
+        """True at padding. Shapes: (n, src_len)."""
+        return self.src == PAD_ID
+
+
+def encode(corpus: Corpus, sentences: tuple[Sentence, ...] | list[Sentence]) -> Encoded:
+    """Token ids of ``sentences`` in ``corpus``'s vocabularies, padded to the longest.
+
+    Shapes: n sentences -> Encoded(src (n, max_src), tgt (n, 1 + max_tgt)).
+    """
+    if not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a Corpus, got {type(corpus).__name__}")
+    if len(sentences) == 0:
+        raise ValueError("sentences is empty; pass at least one Sentence")
+    s_id = {w: i for i, w in enumerate(corpus.src_vocab)}
+    t_id = {w: i for i, w in enumerate(corpus.tgt_vocab)}
+    n = len(sentences)
+    src = torch.zeros(n, max(len(s) for s in sentences), dtype=torch.long)
+    tgt = torch.zeros(n, 1 + max(len(s.target) for s in sentences), dtype=torch.long)
+    for i, s in enumerate(sentences):
+        src[i, : len(s)] = torch.tensor([s_id[w] for w in s.words])
+        tgt[i, : 1 + len(s.target)] = torch.tensor([BOS_ID] + [t_id[w] for w in s.target])
+    return Encoded(src, tgt)
+
+
+def _trim(src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
+    """Cut the columns that are padding in every row (saves compute on short batches)."""
+    s_len = int((src != PAD_ID).sum(1).max())
+    t_len = int((tgt != PAD_ID).sum(1).max())
+    return src[:, :s_len], tgt[:, :t_len]
+
+
+def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Teacher-forced cross-entropy of the next target token, padding ignored.
+
+    Shapes: batch = (src (batch, S), tgt (batch, T + 1)) -> scalar.
+    """
+    src, tgt = batch
+    logits = model(src, tgt[:, :-1], src_padding_mask=src == PAD_ID)  # (batch, T, vocab)
+    gold = tgt[:, 1:].masked_fill(tgt[:, 1:] == PAD_ID, IGNORE)  # (batch, T)
+    return F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE)
+
+
+def sampler(data: Encoded):
+    """A ``sample(batch_size, generator)`` drawing random rows of ``data`` (for ``train``)."""
+
+    def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(len(data.src), (batch_size,), generator=generator)
+        return _trim(data.src[idx], data.tgt[idx])
+
+    return sample
+
+
+@torch.no_grad()
+def teacher_forced(model: nn.Module, data: Encoded, batch_size: int = 500) -> dict[str, float]:
+    """Loss and next-token accuracy with the gold prefix given (cheap; used for ablations).
+
+    Shapes: data of n sentences -> {"loss": float, "token_acc": float}.
+    """
+    model.eval()
+    dev = next(model.parameters()).device
+    total, correct, count = 0.0, 0, 0
+    for start in range(0, len(data.src), batch_size):
+        src, tgt = _trim(data.src[start : start + batch_size], data.tgt[start : start + batch_size])
+        src, tgt = src.to(dev), tgt.to(dev)
+        logits = model(src, tgt[:, :-1], src_padding_mask=src == PAD_ID)
+        gold = tgt[:, 1:]
+        keep = gold != PAD_ID
+        total += F.cross_entropy(logits[keep], gold[keep], reduction="sum").item()
+        correct += (logits.argmax(-1)[keep] == gold[keep]).sum().item()
+        count += int(keep.sum())
+    return {"loss": total / count, "token_acc": correct / count}
+
+
+@torch.no_grad()
+def greedy_accuracy(model: EncoderDecoder, data: Encoded, batch_size: int = 500) -> dict:
+    """Exact-match scores of greedy decoding: token accuracy (position by position against
+    the reference, end token included) and sentence accuracy (every token right).
+
+    Shapes: data of n sentences -> {"token_acc": float, "sentence_acc": float}.
+    """
+    model.eval()
+    dev = next(model.parameters()).device
+    right_tokens, n_tokens, right_sentences = 0, 0, 0
+    for start in range(0, len(data.src), batch_size):
+        src, tgt = _trim(data.src[start : start + batch_size], data.tgt[start : start + batch_size])
+        src, gold = src.to(dev), tgt[:, 1:].to(dev)  # gold (batch, T)
+        out = model.greedy_decode(src, BOS_ID, gold.shape[1], src_padding_mask=src == PAD_ID)
+        keep = gold != PAD_ID
+        hit = (out == gold) & keep
+        right_tokens += int(hit.sum())
+        n_tokens += int(keep.sum())
+        right_sentences += int((hit | ~keep).all(dim=1).sum())
+    return {"token_acc": right_tokens / n_tokens, "sentence_acc": right_sentences / len(data.src)}
+
+
+@dataclass
+class TranslationSetup:
+    """Everything a chapter needs: the corpus, its tensors, the trained model, its history."""
+
+    corpus: Corpus
+    train: Encoded
+    valid: Encoded
+    test: Encoded
+    model: EncoderDecoder
+    history: History
+    model_config: ModelConfig
+    train_config: TrainConfig
+
+
+def default_configs(corpus: Corpus) -> tuple[ModelConfig, TrainConfig]:
+    """The chapter's sizes: 3+3 layers of 4 heads, d_model 64 in full mode; smaller in fast."""
+    model_cfg = ModelConfig(
+        vocab_size=len(corpus.src_vocab),
+        n_classes=len(corpus.tgt_vocab),
+        d_model=pick(full=64, fast=48),
+        n_heads=4,
+        n_layers=pick(full=3, fast=2),
+        n_decoder_layers=pick(full=3, fast=2),
+        d_ff=pick(full=128, fast=96),
+        max_len=32,
+    )
+    train_cfg = TrainConfig(
+        steps=pick(full=2400, fast=700), batch_size=64, lr=3e-3, warmup=100, seed=0
+    )
+    return model_cfg, train_cfg
+
+
+def train_translation_model(
+    n_sentences: int | None = None,
+    seed: int = 0,
+    *,
+    grammar: GrammarConfig | None = None,
+    model_config: ModelConfig | None = None,
+    train_config: TrainConfig | None = None,
+    name: str = "roles_translation",
+    progress: bool = True,
+) -> TranslationSetup:
+    """Build the corpus, then load the trained model from the cache or train it.
+
+    Defaults follow the mode (``runtime.pick``): 20000 sentences in full mode, 6000 in
+    fast mode, and the sizes of ``default_configs``. The checkpoint key covers every
+    setting, so a changed setting trains afresh.
+
+    Shapes: none.
+    """
+    n = pick(full=20000, fast=6000) if n_sentences is None else n_sentences
+    corpus = make_corpus(n, seed, config=grammar)
+    model_default, train_default = default_configs(corpus)
+    model_cfg = model_config or model_default
+    train_cfg = train_config or train_default
+    torch.manual_seed(train_cfg.seed)
+    model = EncoderDecoder(model_cfg)
+    data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
+    key = ("translation", n, seed, corpus.config, model_cfg, train_cfg)
+
+    def run() -> History:
+        return train(
+            model,
+            sampler(data["train"]),
+            train_cfg,
+            loss_fn=seq2seq_loss,
+            progress=progress,
+            desc="translation model",
+        )
+
+    history = cached_train(name, model, key, run)
+    model.to(default_device()).eval()
+    return TranslationSetup(
+        corpus, data["train"], data["valid"], data["test"], model, history, model_cfg, train_cfg
+    )
+
+
+def _by_layer(cache: dict[str, Tensor], hook: str, n_layers: int) -> Tensor:
+    return torch.stack([cache[f"layers.{i}.attn.{hook}"] for i in range(n_layers)])
+
+
+@torch.no_grad()
+def encoder_internals(model: EncoderDecoder, src: Tensor) -> tuple[Tensor, Tensor]:
+    """The encoder's self-attention patterns and per-head outputs on ``src``.
+
+    Shapes: src (batch, seq) -> pattern (layers, batch, heads, seq, seq),
+    z (layers, batch, heads, seq, d_value).
+    """
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+    model.eval()
+    dev = next(model.parameters()).device
+    src = src.to(dev)
+    _, cache = run_with_cache(
+        model.encoder,
+        src,
+        key_padding_mask=src == PAD_ID,
+        names_filter=lambda name: name.endswith(("attn.pattern", "attn.z")),
+    )
+    n = len(model.encoder.layers)
+    return _by_layer(cache, "pattern", n).cpu(), _by_layer(cache, "z", n).cpu()
+
+
+@torch.no_grad()
+def ablate_encoder_heads(model: EncoderDecoder, data: Encoded) -> dict[str, Tensor]:
+    """Leave-one-head-out: mask each encoder head in turn and measure the damage.
+
+    Returns the increase of the teacher-forced loss and the drop of token accuracy, both
+    relative to the intact model. Every mask is undone afterwards.
+
+    Shapes: -> {"loss": (layers, heads), "token_acc": (layers, heads)}.
+    """
+    base = teacher_forced(model, data)
+    layers = model.encoder.layers
+    heads = layers[0].attn.n_heads
+    d_loss, d_acc = torch.zeros(len(layers), heads), torch.zeros(len(layers), heads)
+    for i, layer in enumerate(layers):
+        for h in range(heads):
+            layer.attn.mask_heads([h])
+            try:
+                score = teacher_forced(model, data)
+            finally:
+                layer.attn.unmask_heads()
+            d_loss[i, h] = score["loss"] - base["loss"]
+            d_acc[i, h] = base["token_acc"] - score["token_acc"]
+    return {"loss": d_loss, "token_acc": d_acc}
+
+
+def with_config(setup: TranslationSetup, **changes: object) -> ModelConfig:
+    """A variant of the setup's model config (e.g. for an untrained control model)."""
+    return replace(setup.model_config, **changes)
