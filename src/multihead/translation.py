@@ -188,6 +188,13 @@ def train_translation_model(
     model_default, train_default = default_configs(corpus)
     model_cfg = model_config or model_default
     train_cfg = train_config or train_default
+    if model_cfg.vocab_size < len(corpus.src_vocab) or (model_cfg.n_classes or 0) < len(
+        corpus.tgt_vocab
+    ):
+        raise ValueError(
+            f"model_config needs vocab_size >= {len(corpus.src_vocab)} and n_classes >= "
+            f"{len(corpus.tgt_vocab)} for this corpus; start from default_configs(corpus)"
+        )
     torch.manual_seed(train_cfg.seed)
     model = EncoderDecoder(model_cfg)
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}

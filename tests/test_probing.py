@@ -1,0 +1,44 @@
+"""Linear probes: perfect on separable features, majority level on noise."""
+
+import pytest
+import torch
+
+from multihead.probing import fit_probes, majority_accuracy, probe_heads
+
+
+def test_majority_accuracy():
+    assert majority_accuracy(torch.tensor([0, 1, 1]), torch.tensor([1, 1, 0, 2])) == 0.5
+    with pytest.raises(ValueError, match="train_labels"):
+        majority_accuracy(torch.tensor([0.5]), torch.tensor([1]))
+
+
+def test_probe_reads_separable_features_and_not_noise():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(3, (40, 6), generator=g)
+    informative = torch.nn.functional.one_hot(labels, 4).float()  # (batch, seq, 4)
+    noise = torch.randn(40, 6, 4, generator=g)
+    z = torch.stack([informative, noise])[:, :, None].expand(2, 40, 1, 6, 4)  # (2, b, 1, s, 4)
+    z = torch.cat([z, z.flip(0)], dim=2)  # (layers 2, batch, heads 2, seq, d)
+    out = probe_heads(z, labels, torch.ones(40, 6, dtype=bool), 3, steps=200)
+    acc = out["accuracy"]
+    assert acc.shape == (2, 2)
+    assert acc[0, 0] == 1.0 and acc[1, 1] == 1.0
+    assert acc[1, 0] < 0.6 and acc[0, 1] < 0.6  # noise: about chance (1/3)
+
+
+def test_probe_shape_errors():
+    z = torch.zeros(1, 4, 1, 3, 2)
+    with pytest.raises(ValueError, match="layers, batch"):
+        probe_heads(z[0], torch.zeros(4, 3, dtype=torch.long), torch.ones(4, 3, dtype=bool), 2)
+    with pytest.raises(ValueError, match="labels"):
+        probe_heads(z, torch.zeros(4, 2, dtype=torch.long), torch.ones(4, 3, dtype=bool), 2)
+    with pytest.raises(ValueError, match="train_fraction"):
+        probe_heads(z, torch.zeros(4, 3, dtype=torch.long), torch.ones(4, 3, dtype=bool), 2, 1.0)
+    with pytest.raises(ValueError, match="n_classes"):
+        fit_probes(
+            torch.zeros(1, 3, 2),
+            torch.tensor([0, 1, 5]),
+            torch.zeros(1, 2, 2),
+            torch.tensor([0, 1]),
+            2,
+        )

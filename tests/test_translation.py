@@ -1,0 +1,100 @@
+"""The translation helpers: tensors, loss, training with the cache, internals, ablation."""
+
+import pytest
+import torch
+
+from multihead.config import ModelConfig, TrainConfig
+from multihead.corpus import make_corpus
+from multihead.model import EncoderDecoder
+from multihead.translation import (
+    BOS_ID,
+    PAD_ID,
+    ablate_encoder_heads,
+    encode,
+    encoder_internals,
+    greedy_accuracy,
+    sampler,
+    seq2seq_loss,
+    teacher_forced,
+    train_translation_model,
+)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return make_corpus(120, seed=2)
+
+
+@pytest.fixture(scope="module")
+def model(corpus):
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        len(corpus.src_vocab),
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        n_decoder_layers=1,
+        n_classes=len(corpus.tgt_vocab),
+        max_len=32,
+    )
+    return EncoderDecoder(cfg).eval()
+
+
+def test_encode_shapes_and_ids(corpus):
+    data = encode(corpus, corpus.test)
+    n = len(corpus.test)
+    assert data.src.shape == (n, max(len(s) for s in corpus.test))
+    assert data.tgt.shape == (n, 1 + max(len(s.target) for s in corpus.test))
+    assert (data.tgt[:, 0] == BOS_ID).all()
+    s = corpus.test[0]
+    assert [corpus.src_vocab[i] for i in data.src[0, : len(s)]] == list(s.words)
+    assert (data.src[0, len(s) :] == PAD_ID).all()
+    with pytest.raises(ValueError, match="empty"):
+        encode(corpus, [])
+    with pytest.raises(TypeError, match="Corpus"):
+        encode(corpus.test, corpus.test)
+
+
+def test_sampler_loss_and_scores(corpus, model):
+    data = encode(corpus, corpus.train)
+    src, tgt = sampler(data)(8, torch.Generator().manual_seed(0))
+    assert src.shape[0] == 8 and (src[:, -1] != PAD_ID).any()  # trimmed to the longest
+    assert torch.isfinite(seq2seq_loss(model, (src, tgt)))
+    tf = teacher_forced(model, encode(corpus, corpus.valid))
+    assert 0 <= tf["token_acc"] <= 1 and tf["loss"] > 0
+    ga = greedy_accuracy(model, encode(corpus, corpus.valid))
+    assert 0 <= ga["sentence_acc"] <= ga["token_acc"] <= 1
+
+
+def test_internals_and_ablation_restore_the_model(corpus, model):
+    data = encode(corpus, corpus.valid)
+    pattern, z = encoder_internals(model, data.src)
+    b, s = data.src.shape
+    assert pattern.shape == (2, b, 2, s, s) and z.shape == (2, b, 2, s, 8)
+    assert torch.allclose(pattern.sum(-1), torch.ones(2, b, 2, s))
+    assert (pattern.masked_select(data.src_padding_mask[None, :, None, None, :]) == 0).all()
+    before = teacher_forced(model, data)
+    out = ablate_encoder_heads(model, data)
+    assert out["loss"].shape == (2, 2) and out["token_acc"].shape == (2, 2)
+    assert teacher_forced(model, data) == before
+    assert all((layer.attn.head_mask == 1).all() for layer in model.encoder.layers)
+    with pytest.raises(TypeError, match="EncoderDecoder"):
+        encoder_internals(torch.nn.Linear(2, 2), data.src)
+
+
+def test_train_translation_model_uses_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    kw = dict(
+        n_sentences=100,
+        model_config=ModelConfig(
+            200, d_model=16, n_heads=2, n_layers=1, n_decoder_layers=1, n_classes=200, max_len=32
+        ),
+        train_config=TrainConfig(steps=3, batch_size=4),
+        progress=False,
+    )
+    first = train_translation_model(**kw)
+    assert len(first.history.loss) == 3 and len(list(tmp_path.iterdir())) == 1
+    second = train_translation_model(**kw)
+    assert second.history.loss == first.history.loss
+    for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(a.cpu(), b.cpu())
