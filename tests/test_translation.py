@@ -84,17 +84,26 @@ def test_internals_and_ablation_restore_the_model(corpus, model):
 
 def test_train_translation_model_uses_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    corpus = make_corpus(100, seed=0)
     kw = dict(
-        n_sentences=100,
         model_config=ModelConfig(
             200, d_model=16, n_heads=2, n_layers=1, n_decoder_layers=1, n_classes=200, max_len=32
         ),
         train_config=TrainConfig(steps=3, batch_size=4),
         progress=False,
     )
-    first = train_translation_model(**kw)
+    first = train_translation_model(corpus, **kw)
     assert len(first.history.loss) == 3 and len(list(tmp_path.iterdir())) == 1
-    second = train_translation_model(**kw)
+    second = train_translation_model(corpus, **kw)
     assert second.history.loss == first.history.loss
     for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
         assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_train_translation_model_rejects_bad_input():
+    corpus = make_corpus(100, seed=0)
+    with pytest.raises(TypeError, match="corpus"):
+        train_translation_model(corpus.train)
+    small = ModelConfig(10, d_model=16, n_heads=2, n_classes=10)
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_translation_model(corpus, model_config=small)

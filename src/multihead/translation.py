@@ -160,31 +160,41 @@ def default_configs(corpus: Corpus) -> tuple[ModelConfig, TrainConfig]:
         max_len=32,
     )
     train_cfg = TrainConfig(
-        steps=pick(full=2400, fast=700), batch_size=64, lr=3e-3, warmup=100, seed=0
+        steps=pick(full=1500, fast=300), batch_size=64, lr=3e-3, warmup=100, seed=0
     )
     return model_cfg, train_cfg
 
 
+def translation_corpus(
+    n_sentences: int | None = None, seed: int = 0, grammar: GrammarConfig | None = None
+) -> Corpus:
+    """The chapter's corpus: 20000 sentences in full mode, 6000 in fast mode.
+
+    Shapes: none.
+    """
+    n = pick(full=20000, fast=6000) if n_sentences is None else n_sentences
+    return make_corpus(n, seed, config=grammar)
+
+
 def train_translation_model(
-    n_sentences: int | None = None,
-    seed: int = 0,
+    corpus: Corpus | None = None,
     *,
-    grammar: GrammarConfig | None = None,
     model_config: ModelConfig | None = None,
     train_config: TrainConfig | None = None,
     name: str = "roles_translation",
     progress: bool = True,
 ) -> TranslationSetup:
-    """Build the corpus, then load the trained model from the cache or train it.
+    """Load the trained translation model from the cache, or train it (and cache it).
 
-    Defaults follow the mode (``runtime.pick``): 20000 sentences in full mode, 6000 in
-    fast mode, and the sizes of ``default_configs``. The checkpoint key covers every
-    setting, so a changed setting trains afresh.
+    ``corpus`` defaults to ``translation_corpus()``; the sizes default to
+    ``default_configs(corpus)``, which follow the mode. The checkpoint key covers the
+    corpus (size, seed, grammar) and both configs, so a changed setting trains afresh.
 
     Shapes: none.
     """
-    n = pick(full=20000, fast=6000) if n_sentences is None else n_sentences
-    corpus = make_corpus(n, seed, config=grammar)
+    corpus = translation_corpus() if corpus is None else corpus
+    if not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a Corpus (make_corpus), got {type(corpus).__name__}")
     model_default, train_default = default_configs(corpus)
     model_cfg = model_config or model_default
     train_cfg = train_config or train_default
@@ -198,7 +208,8 @@ def train_translation_model(
     torch.manual_seed(train_cfg.seed)
     model = EncoderDecoder(model_cfg)
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
-    key = ("translation", n, seed, corpus.config, model_cfg, train_cfg)
+    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
+    key = ("translation", sizes, corpus.seed, corpus.config, model_cfg, train_cfg)
 
     def run() -> History:
         return train(
