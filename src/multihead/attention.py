@@ -177,15 +177,21 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = len(keep)
 
     # ------------------------------------------------------------------ forward
-    def _project(self, x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
+    def _project(self, x: Tensor, names: tuple[str, ...]) -> list[Tensor]:
+        """Project ``x`` with several of W_Q/W_K/W_V in one matrix product (fewer passes)."""
         batch, seq, _ = x.shape
-        h, _, d_head = W.shape
-        # (d_model, heads * d_head): one matmul for all heads.
-        flat = W.permute(1, 0, 2).reshape(self.d_model, h * d_head)
-        y = (x @ flat).view(batch, seq, h, d_head)  # (batch, seq, heads, d_head)
-        if b is not None:
-            y = y + b
-        return y.transpose(1, 2)  # (batch, heads, seq, d_head)
+        Ws = [getattr(self, f"W_{n}") for n in names]
+        # (d_model, sum of heads * d_head): all heads of all requested projections at once.
+        flat = torch.cat([W.permute(1, 0, 2).reshape(self.d_model, -1) for W in Ws], dim=1)
+        y = x @ flat  # (batch, seq, sum of heads * d_head)
+        if self.b_Q is not None:
+            y = y + torch.cat([getattr(self, f"b_{n}").flatten() for n in names])
+        sizes = [W.shape[0] * W.shape[2] for W in Ws]
+        outs = []
+        for W, part in zip(Ws, y.split(sizes, dim=-1), strict=True):
+            h, _, d_head = W.shape
+            outs.append(part.reshape(batch, seq, h, d_head).transpose(1, 2))  # (b, h, s, d_head)
+        return outs
 
     def _head_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """Per-example, per-head multiplier: the head mask, times DropHead when training."""
@@ -247,9 +253,17 @@ class MultiHeadAttention(nn.Module):
             future = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).triu(1)
             mask = future if mask is None else mask | future
 
-        q = self.q(self._project(query, self.W_Q, self.b_Q))  # (batch, heads, q_len, d_key)
-        k = self.k(self._project(key, self.W_K, self.b_K))  # (batch, heads, k_len, d_key)
-        v = self.v(self._project(value, self.W_V, self.b_V))  # (batch, heads, k_len, d_value)
+        if key is query and value is query:  # self-attention: one product for Q, K and V
+            q, k, v = self._project(query, ("Q", "K", "V"))
+        elif value is key:
+            (q,), (k, v) = self._project(query, ("Q",)), self._project(key, ("K", "V"))
+        else:
+            (q,), (k,), (v,) = (
+                self._project(t, (n,)) for t, n in ((query, "Q"), (key, "K"), (value, "V"))
+            )
+        q = self.q(q)  # (batch, heads, q_len, d_key)
+        k = self.k(k)  # (batch, heads, k_len, d_key)
+        v = self.v(v)  # (batch, heads, k_len, d_value)
         p_drop = self.attn_dropout if self.training else 0.0
 
         if not (self.scores.is_hooked or self.pattern.is_hooked):
@@ -258,7 +272,8 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, attn_mask=None if mask is None else ~mask, dropout_p=p_drop
             )  # (batch, heads, q_len, d_value)
         else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_key)  # (batch, heads, q, k)
+            # Scale q (n x d_key numbers) rather than the scores (n x n numbers).
+            scores = (q / math.sqrt(self.d_key)) @ k.transpose(-2, -1)  # (batch, heads, q, k)
             if mask is not None:
                 scores = scores.masked_fill(mask, float("-inf"))
             scores = self.scores(scores)
