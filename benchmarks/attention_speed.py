@@ -2,14 +2,15 @@
 
 Run from the repository root:  python benchmarks/attention_speed.py [--device cuda]
 
-All four variants see the same inputs in the same run; times are medians of
-torch.utils.benchmark, and the ratios are printed side by side. Nothing here is asserted:
-speed depends on the machine, so it is measured and reported, not tested.
+All four variants see the same inputs in the same run; times are medians over
+interleaved rounds of torch.utils.benchmark, and the ratios are printed side by side.
+Nothing here is asserted: speed depends on the machine, so it is measured and reported.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import torch
 from torch.utils import benchmark
@@ -31,7 +32,7 @@ def _step(fn, x):
     return run
 
 
-def measure(cfg: dict, device: torch.device, min_run_time: float) -> dict[str, float]:
+def measure(cfg: dict, device: torch.device, rounds: int) -> dict[str, float]:
     torch.manual_seed(0)
     ours = MultiHeadAttention(cfg["d_model"], cfg["n_heads"]).to(device)
     ref = to_torch_multihead(ours).to(device)
@@ -50,22 +51,33 @@ def measure(cfg: dict, device: torch.device, min_run_time: float) -> dict[str, f
             t, t, t, need_weights=True, average_attn_weights=False
         )[0],
     }
-    times = {}
-    for name, fn in variants.items():
-        timer = benchmark.Timer(stmt="run()", globals={"run": _step(fn, x)})
-        times[name] = timer.blocked_autorange(min_run_time=min_run_time).median
+    # Interleave the variants over several rounds, so a slow moment of the machine hits all
+    # of them alike; report each variant's median over the rounds.
+    timers = {
+        name: benchmark.Timer(stmt="run()", globals={"run": _step(fn, x)})
+        for name, fn in variants.items()
+    }
+    number = {
+        name: max(1, int(t.blocked_autorange(min_run_time=0.2).number_per_run))
+        for name, t in timers.items()
+    }
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name].append(timer.timeit(number[name]).mean)
+    times = {name: statistics.median(s) for name, s in samples.items()}
     return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--min-run-time", type=float, default=2.0, help="seconds per variant")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per variant")
     args = parser.parse_args()
     device = torch.device(args.device)
     print(f"device: {device}, torch {torch.__version__}, threads: {torch.get_num_threads()}")
     for cfg in CONFIGS:
-        times = measure(cfg, device, args.min_run_time)
+        times = measure(cfg, device, args.rounds)
         # Forward matmul FLOPs; backward costs about twice the forward.
         flops = (
             3

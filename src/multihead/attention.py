@@ -8,10 +8,10 @@ Conventions (see the notation page of the book):
   ``(heads, d_model, d_value)`` and ``W_O`` is ``(heads, d_value, d_model)``.
 
 ``forward`` returns only the output. The internals pass through identity ``HookPoint``
-modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, ``z``); ``run_with_cache`` records
-them. When nothing listens to ``scores`` or ``pattern`` the module takes the fused
-``torch.nn.functional.scaled_dot_product_attention`` path, which never materialises the
-pattern.
+modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, and ``z``, each head's output before the
+head mask and DropHead); ``run_with_cache`` records them. When nothing listens to
+``scores`` or ``pattern`` the module takes the fused
+``torch.nn.functional.scaled_dot_product_attention`` path, which never stores the pattern.
 """
 
 from __future__ import annotations
@@ -193,19 +193,17 @@ class MultiHeadAttention(nn.Module):
             outs.append(part.reshape(batch, seq, h, d_head).transpose(1, 2))  # (b, h, s, d_head)
         return outs
 
-    def _head_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """Per-example, per-head multiplier: the head mask, times DropHead when training."""
-        gate = self.head_mask.to(dtype).expand(batch, self.n_heads)  # (batch, heads)
-        if self.training and self.drophead > 0:
-            keep = torch.rand(batch, self.n_heads, device=device) >= self.drophead
-            # Never drop every head of an example: keep one at random instead.
-            empty = ~keep.any(dim=1)
-            if empty.any():
-                rescue = torch.randint(self.n_heads, (int(empty.sum()),), device=device)
-                keep[empty.nonzero().squeeze(1), rescue] = True
-            scale = self.n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
-            gate = gate * keep.to(dtype) * scale
-        return gate
+    def _drophead_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """DropHead's per-example, per-head multiplier: 0 for a dropped head, and the kept
+        heads rescaled by ``n_heads / n_kept``. Shapes: -> (batch, heads)."""
+        keep = torch.rand(batch, self.n_heads, device=device) >= self.drophead
+        # Never drop every head of an example: keep one at random instead.
+        empty = ~keep.any(dim=1)
+        if empty.any():
+            rescue = torch.randint(self.n_heads, (int(empty.sum()),), device=device)
+            keep[empty.nonzero().squeeze(1), rescue] = True
+        scale = self.n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
+        return keep.to(dtype) * scale
 
     def forward(
         self,
@@ -280,11 +278,15 @@ class MultiHeadAttention(nn.Module):
             pattern = self.pattern(scores.softmax(dim=-1))  # (batch, heads, q_len, k_len)
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
 
-        gate = self._head_gate(batch, query.device, z.dtype)  # (batch, heads)
-        z = self.z(z * gate[:, :, None, None])  # (batch, heads, q_len, d_value)
+        z = self.z(z)  # (batch, heads, q_len, d_value): what each head computes
+        if self.training and self.drophead > 0:
+            z = z * self._drophead_gate(batch, z.device, z.dtype)[:, :, None, None]
+        # The head mask scales each head's block of W_O: a masked head writes nothing, and
+        # the mask costs a (heads, d_value, d_model) product, not a pass over z.
+        W_O = self.W_O * self.head_mask.to(z.dtype)[:, None, None]  # (heads, d_value, d_model)
         # Concatenate heads and apply W_O in one matmul.
         z_cat = z.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_value)
-        out = z_cat @ self.W_O.reshape(self.n_heads * self.d_value, self.d_model)
+        out = z_cat @ W_O.reshape(self.n_heads * self.d_value, self.d_model)
         return out if self.b_O is None else out + self.b_O
 
     def extra_repr(self) -> str:
