@@ -121,4 +121,5 @@ def test_book_builds_without_warnings(tmp_path):
     chapter = (html / "book" / "01_mha_from_scratch.html").read_text()
     assert "proof" in chapter and "colab.research.google.com" in chapter
     assert "<img" in chapter  # figures pasted from the notebook
-    assert (html / "notebooks" / "01_mha_from_scratch.html").exists()
+    notebook_page = (html / "notebooks" / "01_mha_from_scratch.html").read_text()
+    assert "colab.research.google.com" in notebook_page  # the launch button
