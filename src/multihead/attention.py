@@ -8,10 +8,10 @@ Conventions (see the notation page of the book):
   ``(heads, d_model, d_value)`` and ``W_O`` is ``(heads, d_value, d_model)``.
 
 ``forward`` returns only the output. The internals pass through identity ``HookPoint``
-modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, ``z``); ``run_with_cache`` records
-them. When nothing listens to ``scores`` or ``pattern`` the module takes the fused
-``torch.nn.functional.scaled_dot_product_attention`` path, which never materialises the
-pattern.
+modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, and ``z``, each head's output before the
+head mask and DropHead); ``run_with_cache`` records them. When nothing listens to
+``scores`` or ``pattern`` the module takes the fused
+``torch.nn.functional.scaled_dot_product_attention`` path, which never stores the pattern.
 """
 
 from __future__ import annotations
@@ -177,29 +177,33 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = len(keep)
 
     # ------------------------------------------------------------------ forward
-    def _project(self, x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
+    def _project(self, x: Tensor, names: tuple[str, ...]) -> list[Tensor]:
+        """Project ``x`` with several of W_Q/W_K/W_V in one matrix product (fewer passes)."""
         batch, seq, _ = x.shape
-        h, _, d_head = W.shape
-        # (d_model, heads * d_head): one matmul for all heads.
-        flat = W.permute(1, 0, 2).reshape(self.d_model, h * d_head)
-        y = (x @ flat).view(batch, seq, h, d_head)  # (batch, seq, heads, d_head)
-        if b is not None:
-            y = y + b
-        return y.transpose(1, 2)  # (batch, heads, seq, d_head)
+        Ws = [getattr(self, f"W_{n}") for n in names]
+        # (d_model, sum of heads * d_head): all heads of all requested projections at once.
+        flat = torch.cat([W.permute(1, 0, 2).reshape(self.d_model, -1) for W in Ws], dim=1)
+        y = x @ flat  # (batch, seq, sum of heads * d_head)
+        if self.b_Q is not None:
+            y = y + torch.cat([getattr(self, f"b_{n}").flatten() for n in names])
+        sizes = [W.shape[0] * W.shape[2] for W in Ws]
+        outs = []
+        for W, part in zip(Ws, y.split(sizes, dim=-1), strict=True):
+            h, _, d_head = W.shape
+            outs.append(part.reshape(batch, seq, h, d_head).transpose(1, 2))  # (b, h, s, d_head)
+        return outs
 
-    def _head_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """Per-example, per-head multiplier: the head mask, times DropHead when training."""
-        gate = self.head_mask.to(dtype).expand(batch, self.n_heads)  # (batch, heads)
-        if self.training and self.drophead > 0:
-            keep = torch.rand(batch, self.n_heads, device=device) >= self.drophead
-            # Never drop every head of an example: keep one at random instead.
-            empty = ~keep.any(dim=1)
-            if empty.any():
-                rescue = torch.randint(self.n_heads, (int(empty.sum()),), device=device)
-                keep[empty.nonzero().squeeze(1), rescue] = True
-            scale = self.n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
-            gate = gate * keep.to(dtype) * scale
-        return gate
+    def _drophead_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """DropHead's per-example, per-head multiplier: 0 for a dropped head, and the kept
+        heads rescaled by ``n_heads / n_kept``. Shapes: -> (batch, heads)."""
+        keep = torch.rand(batch, self.n_heads, device=device) >= self.drophead
+        # Never drop every head of an example: keep one at random instead.
+        empty = ~keep.any(dim=1)
+        if empty.any():
+            rescue = torch.randint(self.n_heads, (int(empty.sum()),), device=device)
+            keep[empty.nonzero().squeeze(1), rescue] = True
+        scale = self.n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
+        return keep.to(dtype) * scale
 
     def forward(
         self,
@@ -247,9 +251,17 @@ class MultiHeadAttention(nn.Module):
             future = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).triu(1)
             mask = future if mask is None else mask | future
 
-        q = self.q(self._project(query, self.W_Q, self.b_Q))  # (batch, heads, q_len, d_key)
-        k = self.k(self._project(key, self.W_K, self.b_K))  # (batch, heads, k_len, d_key)
-        v = self.v(self._project(value, self.W_V, self.b_V))  # (batch, heads, k_len, d_value)
+        if key is query and value is query:  # self-attention: one product for Q, K and V
+            q, k, v = self._project(query, ("Q", "K", "V"))
+        elif value is key:
+            (q,), (k, v) = self._project(query, ("Q",)), self._project(key, ("K", "V"))
+        else:
+            (q,), (k,), (v,) = (
+                self._project(t, (n,)) for t, n in ((query, "Q"), (key, "K"), (value, "V"))
+            )
+        q = self.q(q)  # (batch, heads, q_len, d_key)
+        k = self.k(k)  # (batch, heads, k_len, d_key)
+        v = self.v(v)  # (batch, heads, k_len, d_value)
         p_drop = self.attn_dropout if self.training else 0.0
 
         if not (self.scores.is_hooked or self.pattern.is_hooked):
@@ -258,18 +270,23 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, attn_mask=None if mask is None else ~mask, dropout_p=p_drop
             )  # (batch, heads, q_len, d_value)
         else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_key)  # (batch, heads, q, k)
+            # Scale q (n x d_key numbers) rather than the scores (n x n numbers).
+            scores = (q / math.sqrt(self.d_key)) @ k.transpose(-2, -1)  # (batch, heads, q, k)
             if mask is not None:
                 scores = scores.masked_fill(mask, float("-inf"))
             scores = self.scores(scores)
             pattern = self.pattern(scores.softmax(dim=-1))  # (batch, heads, q_len, k_len)
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
 
-        gate = self._head_gate(batch, query.device, z.dtype)  # (batch, heads)
-        z = self.z(z * gate[:, :, None, None])  # (batch, heads, q_len, d_value)
+        z = self.z(z)  # (batch, heads, q_len, d_value): what each head computes
+        if self.training and self.drophead > 0:
+            z = z * self._drophead_gate(batch, z.device, z.dtype)[:, :, None, None]
+        # The head mask scales each head's block of W_O: a masked head writes nothing, and
+        # the mask costs a (heads, d_value, d_model) product, not a pass over z.
+        W_O = self.W_O * self.head_mask.to(z.dtype)[:, None, None]  # (heads, d_value, d_model)
         # Concatenate heads and apply W_O in one matmul.
         z_cat = z.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_value)
-        out = z_cat @ self.W_O.reshape(self.n_heads * self.d_value, self.d_model)
+        out = z_cat @ W_O.reshape(self.n_heads * self.d_value, self.d_model)
         return out if self.b_O is None else out + self.b_O
 
     def extra_repr(self) -> str:
@@ -315,3 +332,36 @@ def run_with_cache(
         for handle in handles:
             handle.remove()
     return output, cache
+
+
+@torch.no_grad()
+def to_torch_multihead(module: MultiHeadAttention) -> nn.MultiheadAttention:
+    """The same layer as a ``torch.nn.MultiheadAttention`` with copied weights.
+
+    PyTorch stores ``W_Q`` of all heads as one ``(d_model, d_model)`` matrix applied as
+    ``x @ W.T``, so row ``h * d_key + j`` is column ``j`` of our ``W_Q[h]``. It needs
+    ``d_key == d_value == d_model // n_heads`` and biases.
+
+    Shapes: none (returns a module computing (batch, seq, d_model) -> same).
+    """
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
+    h, d = module.n_heads, module.d_model
+    if module.d_key * h != d or module.d_value * h != d or module.b_Q is None:
+        raise ValueError(
+            "module needs d_key == d_value == d_model // n_heads and biases to match "
+            f"torch.nn.MultiheadAttention (got d_key={module.d_key}, d_value={module.d_value})"
+        )
+    ref = nn.MultiheadAttention(d, h, bias=True, batch_first=True)
+    ref.to(device=module.W_Q.device, dtype=module.W_Q.dtype)
+
+    def rows(W: Tensor) -> Tensor:  # (heads, d_model, d_head) -> (heads * d_head, d_model)
+        return W.permute(0, 2, 1).reshape(-1, d)
+
+    ref.in_proj_weight.copy_(torch.cat([rows(module.W_Q), rows(module.W_K), rows(module.W_V)]))
+    ref.in_proj_bias.copy_(
+        torch.cat([module.b_Q.flatten(), module.b_K.flatten(), module.b_V.flatten()])
+    )
+    ref.out_proj.weight.copy_(module.W_O.reshape(h * module.d_value, d).T)  # (d_model, h*d_v)
+    ref.out_proj.bias.copy_(module.b_O)
+    return ref

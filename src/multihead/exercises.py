@@ -1,7 +1,6 @@
-"""Checkers for the exercises of the book.
-
-Each checker takes the reader's answer (a function or a value), prints a success line
-when it is right and raises ``AssertionError`` with a hint when it is not.
+"""Checkers for the exercises. Each takes the reader's answer, tests it against the
+course's reference on fresh inputs, prints one line on success and raises
+``AssertionError`` with a hint otherwise.
 """
 
 from __future__ import annotations
@@ -9,31 +8,139 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
 
-# ---------------------------------------------------------------------------------------
+from multihead.attention import MultiHeadAttention, attention_pattern
+from multihead.model import count_parameters
+
+
+def _ok(message: str) -> str:
+    line = f"Correct: {message}"
+    print(line)
+    return line
+
+
+def _require_callable(name: str, fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
+
+
+# ---------------------------------------------------------------------------------
+# Chapter 1: multi-head attention from scratch
+# ---------------------------------------------------------------------------------
+def check_attention(fn: Callable) -> str:
+    """Check ``fn(q, k, v, mask=None)``: scaled dot-product attention.
+
+    ``mask`` is boolean, True where a query may not look. Any leading batch dimensions.
+
+    Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
+    """
+    _require_callable("fn", fn)
+    gen = torch.Generator().manual_seed(1234)
+    for shape_q, shape_k, d_v in (((5, 4), (7, 4), 3), ((2, 3, 6, 8), (2, 3, 6, 8), 5)):
+        q = torch.randn(*shape_q, generator=gen, dtype=torch.float64)
+        k = torch.randn(*shape_k, generator=gen, dtype=torch.float64)
+        v = torch.randn(*shape_k[:-1], d_v, generator=gen, dtype=torch.float64)
+        n_q, n_k = shape_q[-2], shape_k[-2]
+        causal = torch.ones(n_q, n_k, dtype=torch.bool).triu(1) if n_q == n_k else None
+        for mask in (None,) if causal is None else (None, causal):
+            want = attention_pattern(q, k, mask) @ v
+            got = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
+            if not isinstance(got, torch.Tensor):
+                raise AssertionError(f"return a tensor, got {type(got).__name__}")
+            if got.shape != want.shape:
+                raise AssertionError(
+                    f"output shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+                )
+            err = (got.double() - want).abs().max().item()
+            if err > 1e-6:
+                hint = (
+                    "masked keys must get exactly zero weight (fill their scores with -inf)"
+                    if mask is not None
+                    else "did you divide the scores by sqrt(d_k) and softmax over the keys?"
+                )
+                raise AssertionError(f"max difference {err:.2e} from the reference; {hint}")
+    return _ok("your attention matches the reference, with and without a mask.")
+
+
+def check_mha_parameter_count(fn: Callable) -> str:
+    """Check ``fn(d_model, n_heads, d_key, d_value) -> int``: parameters of one MHA layer,
+    biases included (as ``MultiHeadAttention`` with ``bias=True``).
+
+    Shapes: none.
+    """
+    _require_callable("fn", fn)
+    for d_model, h, d_k, d_v in (
+        (64, 4, 16, 16),
+        (128, 8, 32, 8),
+        (96, 3, 7, 11),
+        (512, 8, 64, 64),
+    ):
+        want = count_parameters(MultiHeadAttention(d_model, h, d_k, d_v))
+        got = fn(d_model, h, d_k, d_v)
+        if got != want:
+            raise AssertionError(
+                f"for d_model={d_model}, n_heads={h}, d_key={d_k}, d_value={d_v} you gave "
+                f"{got}, expected {want}. Count W_Q, W_K, W_V, W_O and the four biases."
+            )
+    return _ok("your formula counts every weight and bias.")
+
+
+def mha_flops(d_model: int, n_heads: int, d_key: int, d_value: int, n: int) -> int:
+    """Reference FLOPs (2 per multiply-add) of the matrix products in one self-attention
+    forward pass over ``n`` tokens (softmax, biases and scaling not counted).
+
+    Shapes: none.
+    """
+    projections = n * d_model * n_heads * (2 * d_key + d_value)
+    scores_and_mixing = n_heads * n * n * (d_key + d_value)
+    output = n * n_heads * d_value * d_model
+    return 2 * (projections + scores_and_mixing + output)
+
+
+def check_mha_flops(fn: Callable) -> str:
+    """Check ``fn(d_model, n_heads, d_key, d_value, n) -> int``: matmul FLOPs of one
+    self-attention forward pass over ``n`` tokens, counting 2 FLOPs per multiply-add.
+
+    Shapes: none.
+    """
+    _require_callable("fn", fn)
+    cases = ((64, 4, 16, 16, 10), (128, 8, 32, 8, 50), (96, 3, 7, 11, 33), (512, 8, 64, 64, 512))
+    for d_model, h, d_k, d_v, n in cases:
+        want = mha_flops(d_model, h, d_k, d_v, n)
+        got = fn(d_model, h, d_k, d_v, n)
+        if got != want:
+            terms = "the Q/K/V projections, Q K^T, the weighted sum of values and W_O"
+            raise AssertionError(
+                f"for d_model={d_model}, n_heads={h}, d_key={d_k}, d_value={d_v}, n={n} you "
+                f"gave {got}, expected {want}. Count {terms}, 2 FLOPs per multiply-add."
+            )
+    return _ok("your FLOP count matches, and grows like n^2 only through Q K^T and P V.")
+
+
+# ---------------------------------------------------------------------------------
 # Chapter 5: head roles
-# ---------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------
 
 
-def _random_patterns(seed: int, batch: int = 3, heads: int = 4, n: int = 7) -> Tensor:
+def _random_patterns(seed: int, batch: int = 3, heads: int = 4, n: int = 7) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     scores = 3 * torch.randn(batch, heads, n, n, generator=gen)
     return scores.softmax(-1)  # (batch, heads, n, n), ties have probability 0
 
 
-def check_head_confidence(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
+def check_head_confidence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(pattern, query_mask) -> (heads,)``: the mean over the selected queries of
     each head's largest attention weight (Voita et al.'s confidence)."""
     from multihead.metrics import head_confidence
 
+    _require_callable("fn", fn)
     for seed in range(3):
         p = _random_patterns(seed)
         mask = torch.ones(p.shape[0], p.shape[2], dtype=torch.bool)
         mask[:, -1] = False  # leave out the end token
         mask[0, :3] = False  # and a few more queries, unevenly across the batch
         got = fn(p, mask)
-        assert isinstance(got, Tensor), f"return a torch.Tensor, got {type(got).__name__}"
+        assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
         assert got.shape == (p.shape[1],), (
             f"return one number per head, shape ({p.shape[1]},); got {tuple(got.shape)}"
         )
@@ -45,10 +152,10 @@ def check_head_confidence(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
                 f"expected {want.tolist()}, got {got.tolist()}; take the max over keys (last "
                 "dimension), then average over the masked (batch, query) positions together"
             )
-    print("Correct: your head confidence matches multihead.metrics.head_confidence.")
+    return _ok("your head confidence matches multihead.metrics.head_confidence.")
 
 
-def _reference_share(pattern: Tensor, offset: int) -> Tensor:
+def _reference_share(pattern: torch.Tensor, offset: int) -> torch.Tensor:
     n = pattern.shape[-1]
     top = pattern.argmax(-1)  # (batch, heads, query)
     idx = torch.arange(n)
@@ -57,9 +164,10 @@ def _reference_share(pattern: Tensor, offset: int) -> Tensor:
     return hit.float().sum(dim=(0, 2)) / (valid.sum() * pattern.shape[0])
 
 
-def check_positional_share(fn: Callable[[Tensor, int], Tensor]) -> None:
+def check_positional_share(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     """Check ``fn(pattern, offset) -> (heads,)``: for each head, the share of queries i
     (among those where key i + offset exists) whose largest weight is on key i + offset."""
+    _require_callable("fn", fn)
     n = 6
     idx = torch.arange(n)
     prev = torch.nn.functional.one_hot((idx - 1).clamp(0), n).float()  # previous token
@@ -69,7 +177,7 @@ def check_positional_share(fn: Callable[[Tensor, int], Tensor]) -> None:
     cases += [(_random_patterns(s), o) for s, o in ((0, -1), (1, 1), (2, 3))]
     for pattern, offset in cases:
         got = fn(pattern, offset)
-        assert isinstance(got, Tensor) and got.shape == (pattern.shape[1],), (
+        assert isinstance(got, torch.Tensor) and got.shape == (pattern.shape[1],), (
             f"return a tensor with one share per head, shape ({pattern.shape[1]},)"
         )
         want = _reference_share(pattern, offset)
@@ -79,10 +187,10 @@ def check_positional_share(fn: Callable[[Tensor, int], Tensor]) -> None:
                 f"offset {offset}: expected {want.tolist()}, got {got.tolist()}; {hint}"
             )
     assert fn(uniform[None, None], -1).shape == (1,)
-    print("Correct: a perfect previous-token head has share 1 at offset -1.")
+    return _ok("a perfect previous-token head has share 1 at offset -1.")
 
 
-def check_subject_head(answer: tuple[int, int], pattern: Tensor, gold: object) -> None:
+def check_subject_head(answer: tuple[int, int], pattern: torch.Tensor, gold: object) -> str:
     """Check that ``answer = (layer, head)`` is the encoder head whose largest weight most
     often lands on the subject when the query is the verb (nsubj, head->dep)."""
     from multihead.roles import syntactic
@@ -99,4 +207,4 @@ def check_subject_head(answer: tuple[int, int], pattern: Tensor, gold: object) -
             f"head {answer} finds the subject {acc[layer, head]:.0%} of the time, but another "
             f"head reaches {best:.0%}: use the verb as the query and the subject as the target"
         )
-    print(f"Correct: layer {layer}, head {head} points from the verb to its subject {best:.0%}.")
+    return _ok(f"layer {layer}, head {head} points from the verb to its subject {best:.0%}.")
