@@ -138,7 +138,7 @@ def test_mismatched_lengths_are_rejected(sents, gold):
         positional(p[..., :-1, :-1], gold)
     with pytest.raises(ValueError, match="batch"):
         confidence(p[:-1], gold)
-    with pytest.raises(ValueError, match="dimensions"):
+    with pytest.raises(ValueError, match="batch, heads, query, key"):
         delimiter(p[0, 0], gold)
     with pytest.raises(ValueError, match="layers"):
         rare_word(p[None, None], gold)

@@ -73,7 +73,7 @@ class Gold:
 
 def _check(pattern: object, gold: object) -> Tensor:
     """The pattern as (layers, batch, heads, query, key), after checking it fits ``gold``."""
-    p = check_pattern("pattern", pattern, min_ndim=4)
+    p = check_pattern("pattern", pattern, 4, "([layers,] batch, heads, query, key)")
     if p.ndim not in (4, 5):
         raise ValueError(
             "pattern must be (batch, heads, query, key) or (layers, batch, heads, query, key), "
