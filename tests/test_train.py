@@ -3,10 +3,10 @@ import torch
 
 from multihead.config import ModelConfig, TrainConfig
 from multihead.model import EncoderModel
-from multihead.tasks import IGNORE, PairLookupTask
+from multihead.tasks import IGNORE, LookupTask
 from multihead.train import cached_train, token_accuracy, token_loss, train
 
-TASK = PairLookupTask(vocab_size=4, seq_len=8)
+TASK = LookupTask(vocab_size=4, seq_len=8)
 
 
 def _model(seed=0):
