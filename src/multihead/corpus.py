@@ -5,11 +5,12 @@ verbs, adverbs, prepositional phrases, relative clauses on the subject, singular
 agreement) with Zipfian word frequencies. Each ``Sentence`` carries POS tags, gold
 dependency arcs with labels, every token's corpus frequency rank, and its translation.
 
-The target language is verb-final (subject, object, obliques, verb), puts adjectives after
-the noun, marks case with particles that depend on the noun's role, makes adjectives agree
-in number with their noun and the verb agree with its *object*. Relative clauses come before
-their noun. Translation is a deterministic function of the parse (``translate``), so an
-output is either exactly right or wrong. The grammar never attaches a prepositional phrase
+The target language (``multihead.lexicon``) is verb-final (subject, object, obliques,
+verb), puts adjectives after the noun, marks case with particles that depend on the noun's
+role, makes adjectives agree in number with their noun and the verb agree with its *object*.
+Relative clauses come before their noun. Translation is a deterministic function of the
+parse (``translate``), so an output is either exactly right or wrong. The grammar never
+attaches a prepositional phrase
 to a noun, which keeps every source sentence unambiguous.
 """
 
@@ -23,71 +24,27 @@ from functools import lru_cache
 from itertools import accumulate
 
 from multihead._checks import check_positive_int
+from multihead.lexicon import (
+    ADJECTIVES,
+    ADVERBS,
+    CASE,
+    DET_TARGET,
+    DETERMINERS,
+    EOS,
+    INTRANSITIVE,
+    LEXICON,
+    NOUNS,
+    PREPOSITIONS,
+    REL_MARKER,
+    TARGET,
+    TRANSITIVE,
+    translate,
+)
 
-PAD, BOS, EOS = "<pad>", "<s>", "."
+PAD, BOS = "<pad>", "<s>"
 POS_TAGS = ("DET", "ADJ", "NOUN", "VERB", "ADV", "ADP", "PRON", "PUNCT")
 RELATIONS = ("root", "nsubj", "dobj", "det", "amod", "advmod", "prep", "pobj", "relcl", "mark")
 RELATIONS += ("punct",)
-
-NOUNS = (
-    "dog cat man woman child bird farmer king horse teacher friend doctor baker girl boy "
-    "sailor fox wolf queen student singer painter rabbit monk otter heron falcon badger "
-    "weaver potter cobbler tinker jester herald abbot vicar beetle lizard magpie osprey "
-    "marmot lemur ferret tapir gecko bison"
-).split()
-ADJECTIVES = (
-    "big small old young red happy tall quiet brave clever green sad lazy bright "
-    "gentle proud gilded amber somber nimble wary stoic frugal ornate"
-).split()
-TRANSITIVE = "see like follow help find watch call meet greet praise".split()
-INTRANSITIVE = "run sleep wait sing laugh dance rest shout".split()
-ADVERBS = "often quickly rarely slowly never always quietly soon".split()
-PREPOSITIONS = "in near with behind under beside".split()
-DETERMINERS = {"sg": ("the", "a", "this"), "pl": ("the", "some", "these")}
-DET_TARGET = {"the": "ka", "a": "ni", "some": "ni", "this": "so", "these": "so"}
-CASE = {"nsubj": "ga", "dobj": "o"}
-REL_MARKER = "ki"
-
-
-def _invented_words(n: int, seed: int = 2019) -> list[str]:
-    """``n`` distinct pronounceable target words (fixed: the target language never changes)."""
-    rng = random.Random(seed)
-    out: list[str] = []
-    taken = set(DET_TARGET.values()) | set(CASE.values()) | {REL_MARKER}
-    while len(out) < n:
-        word = "".join(rng.choice("ptkmnslrvdbgz") + rng.choice("aeiou") for _ in range(3))
-        if word not in taken:
-            taken.add(word)
-            out.append(word)
-    return out
-
-
-def _lexicon() -> tuple[dict[str, tuple[str, str, str]], dict[tuple[str, str], str]]:
-    """Source word -> (POS, lemma, number) and (lemma, form) -> target word."""
-    src: dict[str, tuple[str, str, str]] = {EOS: ("PUNCT", EOS, ""), "that": ("PRON", "that", "")}
-    tgt: dict[tuple[str, str], str] = {}
-    lemmas = NOUNS + ADJECTIVES + TRANSITIVE + INTRANSITIVE + ADVERBS + PREPOSITIONS
-    stems = dict(zip(lemmas, _invented_words(len(lemmas)), strict=True))
-    for noun in NOUNS:
-        src[noun], src[noun + "s"] = ("NOUN", noun, "sg"), ("NOUN", noun, "pl")
-        tgt[noun, "sg"], tgt[noun, "pl"] = stems[noun], stems[noun] + "ri"
-    for adj in ADJECTIVES:
-        src[adj] = ("ADJ", adj, "")
-        tgt[adj, "sg"], tgt[adj, "pl"] = stems[adj], stems[adj] + "n"
-    for verb in TRANSITIVE + INTRANSITIVE:
-        src[verb + "s"], src[verb] = ("VERB", verb, "sg"), ("VERB", verb, "pl")
-        if verb in TRANSITIVE:  # the target verb agrees with its object
-            tgt[verb, "sg"], tgt[verb, "pl"] = stems[verb] + "t", stems[verb] + "tu"
-        else:
-            tgt[verb, ""] = stems[verb]
-    for word, pos in [(a, "ADV") for a in ADVERBS] + [(p, "ADP") for p in PREPOSITIONS]:
-        src[word], tgt[word, ""] = (pos, word, ""), stems[word]
-    for det in DETERMINERS["sg"] + DETERMINERS["pl"]:
-        src[det] = ("DET", det, "")
-    return src, tgt
-
-
-LEXICON, TARGET = _lexicon()
 
 
 @dataclass(frozen=True)
@@ -149,7 +106,10 @@ class Sentence:
         return len(self.words)
 
     def arcs(self, relation: str | None = None) -> list[tuple[int, int, str]]:
-        """``(head, dependent, label)`` for every arc (or those with label ``relation``)."""
+        """``(head, dependent, label)`` for every arc (or those with label ``relation``).
+
+        Shapes: none (a list of index triples).
+        """
         if relation is not None and relation not in RELATIONS:
             raise ValueError(f"relation={relation!r} is not one of {RELATIONS}")
         return [
@@ -214,7 +174,10 @@ def _verb_form(lemma: str, subject_word: str) -> str:
 
 
 def generate_sentence(rng: random.Random, cfg: GrammarConfig) -> Sentence:
-    """One sentence from the grammar (no length limits; see ``make_corpus``)."""
+    """One sentence from the grammar (no length limits; see ``make_corpus``).
+
+    Shapes: none (a ``Sentence`` of any length).
+    """
     b = _Builder()
     subj = _noun_phrase(b, rng, cfg, "nsubj")[0]
     if cfg.relative_clauses and rng.random() < cfg.p_relative:
@@ -247,50 +210,6 @@ def generate_sentence(rng: random.Random, cfg: GrammarConfig) -> Sentence:
     return Sentence(words, pos, heads, rels, translate(words, heads, rels))
 
 
-def translate(words: tuple[str, ...], heads: tuple[int, ...], rels: tuple[str, ...]) -> tuple:
-    """The target sentence, computed from the parse alone.
-
-    Order: [relative clause] subject ``ga`` [object ``o``] [oblique postposition]* [adverb]
-    verb ``.``; a noun phrase is NOUN ADJ* DET with adjectives agreeing with the noun.
-    """
-    if not len(words) == len(heads) == len(rels):
-        raise ValueError(
-            f"words, heads and rels must have one entry per token, got lengths "
-            f"{len(words)}, {len(heads)}, {len(rels)}"
-        )
-    kids: dict[int, list[int]] = {i: [] for i in range(-1, len(words))}
-    for d, h in enumerate(heads):
-        kids[h].append(d)
-
-    def noun_phrase(n: int) -> list[str]:
-        _, lemma, number = LEXICON[words[n]]
-        out = [TARGET[lemma, number]]
-        out += [TARGET[words[a], number] for a in kids[n] if rels[a] == "amod"]
-        out += [DET_TARGET[words[d]] for d in kids[n] if rels[d] == "det"]
-        return out
-
-    def clause(v: int) -> list[str]:
-        out: list[str] = []
-        obj = [d for d in kids[v] if rels[d] == "dobj"]
-        for s in (d for d in kids[v] if rels[d] == "nsubj"):
-            for r in (d for d in kids[s] if rels[d] == "relcl"):
-                out += clause(r) + [REL_MARKER]
-            out += noun_phrase(s) + [CASE["nsubj"]]
-        for o in obj:
-            out += noun_phrase(o) + [CASE["dobj"]]
-        for p in (d for d in kids[v] if rels[d] == "prep"):
-            out += noun_phrase(kids[p][0]) + [TARGET[words[p], ""]]
-        out += [TARGET[words[a], ""] for a in kids[v] if rels[a] == "advmod"]
-        lemma = LEXICON[words[v]][1]
-        agree = LEXICON[words[obj[0]]][2] if obj else ""
-        return out + [TARGET[lemma, agree]]
-
-    roots = kids[-1]
-    if len(roots) != 1 or LEXICON.get(words[roots[0]], ("",))[0] != "VERB":
-        raise ValueError("the parse must have exactly one root, a verb")
-    return tuple(clause(roots[0]) + [EOS])
-
-
 @dataclass(frozen=True)
 class Corpus:
     """Train/validation/test splits of distinct sentences, and the two vocabularies.
@@ -308,7 +227,7 @@ class Corpus:
     config: GrammarConfig
 
     def split(self, name: str) -> tuple[Sentence, ...]:
-        """The split called ``name`` (``"train"``, ``"valid"`` or ``"test"``)."""
+        """The split called ``name`` (``"train"``, ``"valid"`` or ``"test"``). Shapes: none."""
         if name not in ("train", "valid", "test"):
             raise ValueError(f"split name={name!r} must be 'train', 'valid' or 'test'")
         return getattr(self, name)
@@ -371,7 +290,10 @@ def make_corpus(
 
 
 def render(sentence: Sentence) -> str:
-    """A plain-text picture of a sentence: one token per line with its annotation."""
+    """A plain-text picture of a sentence: one token per line with its annotation.
+
+    Shapes: none.
+    """
     if not isinstance(sentence, Sentence):
         raise TypeError(f"sentence must be a Sentence, got {type(sentence).__name__}")
     lines = [" ".join(sentence.words), "  -> " + " ".join(sentence.target)]

@@ -38,7 +38,10 @@ class Gold:
 
     @classmethod
     def from_sentences(cls, sentences: list[Sentence] | tuple, seq_len: int | None = None):
-        """Annotation tensors for ``sentences`` padded to ``seq_len`` (default: longest)."""
+        """Annotation tensors for ``sentences`` padded to ``seq_len`` (default: longest).
+
+        Shapes: n sentences -> tensors (n, seq_len), lengths (n,).
+        """
         if len(sentences) == 0:
             raise ValueError("sentences is empty; pass at least one Sentence")
         if any(not isinstance(s, Sentence) for s in sentences):
@@ -60,6 +63,7 @@ class Gold:
 
     @property
     def seq_len(self) -> int:
+        """The padded length. Shapes: none."""
         return self.heads.shape[1]
 
     def key_mask(self) -> Tensor:

@@ -81,7 +81,10 @@ def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
 
 
 def sampler(data: Encoded):
-    """A ``sample(batch_size, generator)`` drawing random rows of ``data`` (for ``train``)."""
+    """A ``sample(batch_size, generator)`` drawing random rows of ``data`` (for ``train``).
+
+    Shapes: sample(b, g) -> (src (b, S), tgt (b, T + 1)), trimmed to the longest row.
+    """
 
     def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         idx = torch.randint(len(data.src), (batch_size,), generator=generator)
@@ -148,7 +151,10 @@ class TranslationSetup:
 
 
 def default_configs(corpus: Corpus) -> tuple[ModelConfig, TrainConfig]:
-    """The chapter's sizes: 3+3 layers of 4 heads, d_model 64 in full mode; smaller in fast."""
+    """The chapter's sizes: 3+3 layers of 4 heads, d_model 64 in full mode; smaller in fast.
+
+    Shapes: none.
+    """
     model_cfg = ModelConfig(
         vocab_size=len(corpus.src_vocab),
         n_classes=len(corpus.tgt_vocab),
@@ -280,5 +286,8 @@ def ablate_encoder_heads(model: EncoderDecoder, data: Encoded) -> dict[str, Tens
 
 
 def with_config(setup: TranslationSetup, **changes: object) -> ModelConfig:
-    """A variant of the setup's model config (e.g. for an untrained control model)."""
+    """A variant of the setup's model config (e.g. for an untrained control model).
+
+    Shapes: none.
+    """
     return replace(setup.model_config, **changes)
