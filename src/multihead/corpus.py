@@ -10,8 +10,7 @@ verb), puts adjectives after the noun, marks case with particles that depend on 
 role, makes adjectives agree in number with their noun and the verb agree with its *object*.
 Relative clauses come before their noun. Translation is a deterministic function of the
 parse (``translate``), so an output is either exactly right or wrong. The grammar never
-attaches a prepositional phrase
-to a noun, which keeps every source sentence unambiguous.
+attaches a prepositional phrase to a noun, which keeps every source sentence unambiguous.
 """
 
 from __future__ import annotations
