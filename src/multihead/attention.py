@@ -315,3 +315,36 @@ def run_with_cache(
         for handle in handles:
             handle.remove()
     return output, cache
+
+
+@torch.no_grad()
+def to_torch_multihead(module: MultiHeadAttention) -> nn.MultiheadAttention:
+    """The same layer as a ``torch.nn.MultiheadAttention`` with copied weights.
+
+    PyTorch stores ``W_Q`` of all heads as one ``(d_model, d_model)`` matrix applied as
+    ``x @ W.T``, so row ``h * d_key + j`` is column ``j`` of our ``W_Q[h]``. It needs
+    ``d_key == d_value == d_model // n_heads`` and biases.
+
+    Shapes: none (returns a module computing (batch, seq, d_model) -> same).
+    """
+    if not isinstance(module, MultiHeadAttention):
+        raise TypeError(f"module must be a MultiHeadAttention, got {type(module).__name__}")
+    h, d = module.n_heads, module.d_model
+    if module.d_key * h != d or module.d_value * h != d or module.b_Q is None:
+        raise ValueError(
+            "module needs d_key == d_value == d_model // n_heads and biases to match "
+            f"torch.nn.MultiheadAttention (got d_key={module.d_key}, d_value={module.d_value})"
+        )
+    ref = nn.MultiheadAttention(d, h, bias=True, batch_first=True)
+    ref.to(device=module.W_Q.device, dtype=module.W_Q.dtype)
+
+    def rows(W: Tensor) -> Tensor:  # (heads, d_model, d_head) -> (heads * d_head, d_model)
+        return W.permute(0, 2, 1).reshape(-1, d)
+
+    ref.in_proj_weight.copy_(torch.cat([rows(module.W_Q), rows(module.W_K), rows(module.W_V)]))
+    ref.in_proj_bias.copy_(
+        torch.cat([module.b_Q.flatten(), module.b_K.flatten(), module.b_V.flatten()])
+    )
+    ref.out_proj.weight.copy_(module.W_O.reshape(h * module.d_value, d).T)  # (d_model, h*d_v)
+    ref.out_proj.bias.copy_(module.b_O)
+    return ref

@@ -22,10 +22,12 @@ SETUP_TEMPLATE = """\
 # the repository (choose Runtime > Change runtime type > GPU for speed); locally, where
 # `pip install -r requirements.txt` installed it, this cell does nothing.
 import importlib.util
+import os
 import subprocess
 import sys
 
-if importlib.util.find_spec("google.colab") and not importlib.util.find_spec("multihead"):
+ON_COLAB = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+if ON_COLAB and importlib.util.find_spec("multihead") is None:
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "multihead @ git+{url}"], check=True
     )"""
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: all)")
     parser.add_argument("--fast", action="store_true", help="run in fast mode")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     paths = [p.resolve() for p in args.paths] or None
     if args.command == "sync":
         for path in sync(args.root, paths):

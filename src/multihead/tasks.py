@@ -24,18 +24,17 @@ def _check_generator(generator: object) -> torch.Generator:
 
 
 @dataclass(frozen=True)
-class OffsetDifferenceTask:
-    """Predict ``y_t = (x_{t-a} - x_{t-b}) mod V`` at every position ``t >= max(a, b)``.
+class PairLookupTask:
+    """Name the ordered pair of tokens at two fixed offsets back: ``y_t = V x_{t-a} + x_{t-b}``.
 
-    The answer at each position needs two tokens at two fixed relative positions, and the
-    difference is not symmetric in them, so the model must *look up* both tokens and keep
-    them apart. One head per offset is the natural solution, which makes the task a
-    clean first look at what separate heads buy.
+    Every position ``t >= max(a, b)`` has a target among ``V**2`` classes that needs both
+    tokens *and their order*. One head per offset is a natural solution; a single head must
+    weigh the two positions unequally to keep the order (a book exercise proves it).
 
-    Shapes: sample -> x (batch, seq_len) in [0, V), y (batch, seq_len) in [0, V) or IGNORE.
+    Shapes: sample -> x (batch, seq_len) in [0, V), y (batch, seq_len) in [0, V**2) or IGNORE.
     """
 
-    vocab_size: int = 10
+    vocab_size: int = 8
     seq_len: int = 12
     offsets: tuple[int, int] = (1, 3)
 
@@ -57,6 +56,11 @@ class OffsetDifferenceTask:
             raise ValueError(f"offsets={self.offsets} must be smaller than seq_len={self.seq_len}")
 
     @property
+    def n_classes(self) -> int:
+        """Number of target classes, ``V**2``."""
+        return self.vocab_size**2
+
+    @property
     def first_target(self) -> int:
         """The first position that has a target."""
         return max(self.offsets)
@@ -66,11 +70,10 @@ class OffsetDifferenceTask:
         check_positive_int("batch_size", batch_size)
         _check_generator(generator)
         a, b = self.offsets
-        x = torch.randint(self.vocab_size, (batch_size, self.seq_len), generator=generator)
+        n, t = self.seq_len, self.first_target
+        x = torch.randint(self.vocab_size, (batch_size, n), generator=generator)
         y = torch.full_like(x, IGNORE)
-        t = self.first_target
-        n = self.seq_len
-        y[:, t:] = (x[:, t - a : n - a] - x[:, t - b : n - b]) % self.vocab_size
+        y[:, t:] = self.vocab_size * x[:, t - a : n - a] + x[:, t - b : n - b]
         return x, y
 
 
