@@ -395,3 +395,42 @@ def fit_single_head(
     check_positive_int("d_k", d_k)
     r = fit_key_sizes(target, X, [d_k], generator, steps=steps)
     return FitResult(r.P[0], r.kl[0], r.tv[0], [p[0] for p in r.params], r.steps)
+
+
+def best_fit_example(
+    n: int, d_k: int, *, seed: int = 0, steps: int = 300
+) -> tuple[Tensor, Tensor, float]:
+    """A random flat-spectrum target and the best one-head pattern of key size ``d_k``.
+
+    Shapes: -> target (n, n), fitted (n, n) (column convention), KL (float).
+    """
+    check_positive_int("n", n)
+    check_positive_int("d_k", d_k)
+    g = torch.Generator().manual_seed(seed)
+    target = random_column_stochastic(n, g, batch=1, scale=2.0, spectrum="flat")
+    X = torch.linalg.qr(torch.randn(1, 2 * n, n, generator=g, dtype=torch.float64))[0]
+    res = fit_single_head(target, X, d_k, g, steps=steps)
+    return target[0], res.P[0], res.kl.item()
+
+
+# ---------------------------------------------------------------------- cost
+def attention_cost(
+    d_model: int, n_heads: int, d_key: int, d_value: int, seq_len: int
+) -> dict[str, int]:
+    """Parameters and forward FLOPs of one self-attention layer (biases included).
+
+    FLOPs count a multiply-add as 2 and cover the four projections, the logits
+    ``Q K^T`` and the weighted sum ``P V`` (softmax and scaling are left out).
+
+    Shapes: none -> {"params", "flops", "flops_logits"}.
+    """
+    for name, v in (("d_model", d_model), ("n_heads", n_heads), ("d_key", d_key)):
+        check_positive_int(name, v)
+    check_positive_int("d_value", d_value)
+    check_positive_int("seq_len", seq_len)
+    hk, hv = n_heads * d_key, n_heads * d_value
+    params = 2 * (d_model * hk + hk) + (d_model * hv + hv) + (hv * d_model + d_model)
+    proj = 2 * seq_len * d_model * (2 * hk + 2 * hv)  # W_Q, W_K, W_V and W_O
+    logits = 2 * seq_len * seq_len * hk
+    mix = 2 * seq_len * seq_len * hv
+    return {"params": params, "flops": proj + logits + mix, "flops_logits": logits}
