@@ -242,3 +242,37 @@ def test_subset_count_task() -> None:
         SubsetCountTask(seed=-1)
     with pytest.raises(TypeError, match="generator"):
         task.sample(2, None)
+
+
+# ---------------------------------------------------------------- cost and explorer
+def test_attention_cost_matches_module() -> None:
+    from multihead.attention import MultiHeadAttention
+    from multihead.exercises import mha_flops
+    from multihead.lowrank import attention_cost
+    from multihead.model import count_parameters
+
+    for args in ((32, 8, 4, 4), (32, 8, 16, 4), (768, 12, 128, 64)):
+        cost = attention_cost(*args, seq_len=10)
+        assert cost["params"] == count_parameters(MultiHeadAttention(*args))
+        assert cost["flops"] == mha_flops(*args, 10)
+    with pytest.raises(ValueError, match="seq_len"):
+        attention_cost(32, 8, 4, 4, seq_len=0)
+
+
+def test_best_fit_example_and_explorer() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from multihead.lowrank import best_fit_example
+    from multihead.widgets import WithStaticFallback, explore_low_rank, plot_low_rank_fit
+
+    target, fitted, kl = best_fit_example(4, 3, steps=100)
+    assert target.shape == fitted.shape == (4, 4) and kl < 1e-4
+    fig, axes = plt.subplots(1, 2)
+    assert plot_low_rank_fit(axes, 4, 1, steps=20) > 0
+    plt.close(fig)
+    view = explore_low_rank(n=4, d_k=2, steps=20)
+    assert isinstance(view, WithStaticFallback)
+    assert "image/png" in view._repr_mimebundle_()
