@@ -13,7 +13,7 @@ from multihead.exercises import (
 
 
 def realize_rows(X: torch.Tensor, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference: Theorem 1 for tokens as rows and row-stochastic P."""
+    """Reference: the expressivity construction for tokens as rows and row-stochastic P."""
     n = X.shape[0]
     X_right = X.T @ torch.linalg.inv(X @ X.T)  # (d, n): X @ X_right = I_n
     logits = math.sqrt(n) * torch.log(P)  # D0 = I

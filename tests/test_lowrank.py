@@ -1,4 +1,4 @@
-"""Tests of multihead.lowrank: Theorem 1's construction, the rank test, the fitting."""
+"""Tests of multihead.lowrank: the expressivity construction, the rank test, the fitting."""
 
 import math
 
@@ -65,7 +65,7 @@ def test_flat_spectrum_has_equal_singular_values() -> None:
     assert s[:6].max() / s[:6].min() < 1 + 1e-6
 
 
-# ---------------------------------------------------------------- Theorem 1
+# ---------------------------------------------------------------- expressivity
 @pytest.mark.parametrize(("d", "n"), [(4, 4), (7, 4), (20, 12)])
 def test_realize_reproduces_P_exactly(d: int, n: int) -> None:
     X = randn(d, n)
@@ -128,7 +128,7 @@ def test_row_stochastic_example_is_rejected_but_its_transpose_works() -> None:
     assert (head_pattern(X, Wq, Wk).T - rows).abs().max() < 1e-10
 
 
-# ---------------------------------------------------------------- Theorem 2
+# ---------------------------------------------------------------- the rank bound
 def test_logits_of_key_size_r_give_min_key_size_r() -> None:
     n = 8
     for r in (1, 3, 5):
@@ -192,7 +192,7 @@ def test_fit_key_sizes_drops_at_n_minus_1() -> None:
     r = fit_key_sizes(target, X, [1, n - 2, n - 1, n], gen(2), steps=400)
     assert r.kl.shape == (4, 2) and r.P.shape == (4, 2, n, n)
     assert r.params[0].shape == (4, 2, n, 2 * n)
-    assert (r.kl[:2] > 1e-3).all()  # below n - 1 no fit is exact (Theorem 2)
+    assert (r.kl[:2] > 1e-3).all()  # below n - 1 no fit is exact (the rank bound)
     assert (r.kl[2:] < 1e-5).all()  # from n - 1 on it is
 
 

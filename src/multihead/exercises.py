@@ -127,7 +127,7 @@ def _row_pattern(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch
 
 
 def check_realize_rows(fn: Callable) -> str:
-    """Check ``fn(X, P) -> (W_Q, W_K)``: Theorem 1 in the row convention.
+    """Check ``fn(X, P) -> (W_Q, W_K)``: the expressivity theorem in the row convention.
 
     ``X`` holds the tokens as rows, ``P`` is positive and row-stochastic (query, key); the
     answer must satisfy ``softmax((X W_Q)(X W_K)^T / sqrt(d_k), dim=-1) == P``.
@@ -151,7 +151,9 @@ def check_realize_rows(fn: Callable) -> str:
                 f"and {tuple(W_K.shape)}. In the row convention the weights act on the right"
             )
         if W_Q.shape[1] < n:
-            raise AssertionError(f"d_k={W_Q.shape[1]} < n={n}: Theorem 1 needs d_k >= n")
+            raise AssertionError(
+                f"d_k={W_Q.shape[1]} < n={n}: the expressivity theorem needs d_k >= n"
+            )
         A = _row_pattern(X, W_Q.double(), W_K.double())
         err = (A - P).abs().max().item()
         if err > 1e-8:
@@ -194,7 +196,7 @@ def check_min_key_size(fn: Callable) -> str:
             else:
                 hint = "compute the rank of log P after centring its columns"
             raise AssertionError(f"for a {n} x {n} P you gave {got}, expected {want}; {hint}")
-    return _ok("you found the exact rank condition of Theorem 2.")
+    return _ok("you found the exact rank criterion of the chapter.")
 
 
 def check_bert_large_extra_params(answer: object) -> str:

@@ -9,8 +9,9 @@ so ``P[key, query]`` and every column of ``P`` sums to 1. The package's attentio
 use the row convention ``(batch, heads, query, key)``: their pattern is ``P`` transposed.
 
 * ``realize`` builds ``W_q, W_k`` that reproduce any positive column-stochastic ``P`` when
-  ``d_k >= n`` (Theorem 1); ``realize_low_rank`` does it with the smallest possible key
-  size, ``min_key_size(P)`` (the rank of the column-centred ``log P``, Theorem 2).
+  ``d_k >= n`` (the chapter's expressivity theorem); ``realize_low_rank`` does it with the
+  smallest possible key size, ``min_key_size(P)``, the rank of the column-centred ``log P``
+  (the chapter's exact criterion).
 * ``fit_pattern`` fits any differentiable ``pattern_fn(params) -> P`` to a target by
   gradient descent on the mean column KL; ``fit_single_head`` is the one-head case.
 """
@@ -114,7 +115,7 @@ def random_column_stochastic(
     return (scale * logits).softmax(dim=-2)
 
 
-# ---------------------------------------------------------------------- Theorem 1
+# ---------------------------------------------------------------------- expressivity, d_k >= n
 def left_inverse(X: Tensor) -> Tensor:
     """``X^+ = (X^T X)^{-1} X^T`` of a full-column-rank ``X``, so ``X^+ X = I_n``.
 
@@ -127,7 +128,7 @@ def left_inverse(X: Tensor) -> Tensor:
     if d < n:
         raise ValueError(
             f"X has d={d} rows and n={n} columns: with d < n it cannot have full column rank, "
-            "so Theorem 1 does not apply (use at least as many features as tokens)"
+            "so the expressivity theorem does not apply (use at least as many features as tokens)"
         )
     rank = int(torch.linalg.matrix_rank(X).item())
     if rank < n:
@@ -141,7 +142,7 @@ def left_inverse(X: Tensor) -> Tensor:
 def realize(
     X: Tensor, P: Tensor, d_k: int | None = None, D0: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Theorem 1's construction: ``W_q, W_k`` with ``head_pattern(X, W_q, W_k) == P``.
+    """The expressivity construction: ``W_q, W_k`` with ``head_pattern(X, W_q, W_k) == P``.
 
     Target logits ``W~ = sqrt(d_k) log(P D0)`` for the positive diagonal ``D0``
     (``D0`` given by its diagonal, default all ones), factored as ``W~_k^T W~_q`` with
@@ -162,8 +163,8 @@ def realize(
     d_k = n if d_k is None else check_positive_int("d_k", d_k)
     if d_k < n:
         raise ValueError(
-            f"d_k={d_k} < n={n}: Theorem 1 needs d_k >= n; for smaller key sizes use "
-            "realize_low_rank, which works iff d_k >= min_key_size(P)"
+            f"d_k={d_k} < n={n}: the expressivity theorem needs d_k >= n; for smaller "
+            "key sizes use realize_low_rank, which works iff d_k >= min_key_size(P)"
         )
     if D0 is None:
         D0 = torch.ones(n, dtype=P.dtype, device=P.device)
@@ -179,7 +180,7 @@ def realize(
     return Wq_tilde @ X_plus, Wk_tilde @ X_plus  # (d_k, d) each
 
 
-# ---------------------------------------------------------------------- Theorem 2
+# ---------------------------------------------------------------------- the rank bound
 def centered_log(P: Tensor) -> Tensor:
     """``H log P`` with ``H = I - 11^T/n``: ``log P`` minus each column's mean.
 
@@ -209,7 +210,7 @@ def numerical_rank(M: Tensor, rtol: float = 1e-8) -> int:
 def min_key_size(P: Tensor, rtol: float = 1e-8) -> int:
     """The smallest ``d_k`` for which one head on a full-column-rank ``X`` gives ``P``.
 
-    Equal to ``rank(H log P)`` (Theorem 2); at most ``n - 1``. Returns 0 for the uniform
+    Equal to ``rank(H log P)`` (the exact criterion); at most ``n - 1``. Returns 0 for the uniform
     pattern, which needs no key at all (logits 0), though a head always has ``d_k >= 1``.
 
     Shapes: P (n, n) -> int.
@@ -232,7 +233,7 @@ def realize_low_rank(X: Tensor, P: Tensor, d_k: int, rtol: float = 1e-8) -> tupl
     r = numerical_rank(C, rtol)
     if d_k < r:
         raise ValueError(
-            f"d_k={d_k} is too small: P needs d_k >= min_key_size(P) = {r} (Theorem 2)"
+            f"d_k={d_k} is too small: P needs d_k >= min_key_size(P) = {r} (the rank bound)"
         )
     n = C.shape[0]
     U, S, Vh = torch.linalg.svd(C)
