@@ -12,55 +12,49 @@ use the row convention ``(batch, heads, query, key)``: their pattern is ``P`` tr
   ``d_k >= n`` (the chapter's expressivity theorem); ``realize_low_rank`` does it with the
   smallest possible key size, ``min_key_size(P)``, the rank of the column-centred ``log P``
   (the chapter's exact criterion).
-* ``fit_pattern`` fits any differentiable ``pattern_fn(params) -> P`` to a target by
-  gradient descent on the mean column KL; ``fit_single_head`` is the one-head case.
+* ``fit_key_sizes`` fits one head of each of several key sizes to targets, with
+  ``multihead.patternfit.fit_pattern`` (re-exported here), which fits any differentiable
+  ``pattern_fn(params) -> P``; ``fit_single_head`` is the one-size case.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from multihead._checks import check_choice, check_positive_int
+from multihead.patternfit import (
+    FitResult,
+    _check_tensor,
+    check_column_stochastic,
+    column_kl,
+    fit_pattern,
+    total_variation,
+)
 
-
-# ---------------------------------------------------------------------- checks
-def _check_tensor(name: str, x: object, min_ndim: int = 2) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimensions, got {tuple(x.shape)}")
-    if not torch.isfinite(x).all():
-        raise ValueError(f"{name} contains inf or nan")
-    return x
-
-
-def check_column_stochastic(name: str, P: object, atol: float = 1e-6) -> Tensor:
-    """Return ``P`` if it is square, strictly positive and its columns sum to 1.
-
-    Shapes: P (..., n, n) -> P.
-    """
-    P = _check_tensor(name, P)
-    if P.shape[-1] != P.shape[-2]:
-        raise ValueError(f"{name} must be square (..., n, n), got shape {tuple(P.shape)}")
-    if not (P > 0).all():
-        raise ValueError(
-            f"{name} must be strictly positive (softmax never outputs 0); "
-            f"its smallest entry is {P.min().item():.3g}"
-        )
-    err = (P.sum(dim=-2) - 1).abs().max().item()
-    if err > atol:
-        raise ValueError(
-            f"the columns of {name} must sum to 1 (column convention P[key, query]); "
-            f"largest deviation {err:.3g}. A row-stochastic pattern needs a transpose"
-        )
-    return P
+__all__ = [
+    "FitResult",
+    "attention_cost",
+    "best_fit_example",
+    "centered_log",
+    "check_column_stochastic",
+    "column_kl",
+    "column_softmax",
+    "fit_key_sizes",
+    "fit_pattern",
+    "fit_single_head",
+    "head_pattern",
+    "left_inverse",
+    "min_key_size",
+    "numerical_rank",
+    "random_column_stochastic",
+    "realize",
+    "realize_low_rank",
+    "total_variation",
+]
 
 
 # ---------------------------------------------------------------------- the head
@@ -243,96 +237,6 @@ def realize_low_rank(X: Tensor, P: Tensor, d_k: int, rtol: float = 1e-8) -> tupl
     Wq_tilde[:r] = math.sqrt(d_k) * S[:r, None] * Vh[:r]
     X_plus = left_inverse(X.to(C.dtype))  # (n, d)
     return Wq_tilde @ X_plus, Wk_tilde @ X_plus
-
-
-# ---------------------------------------------------------------------- fitting
-def column_kl(target: Tensor, P: Tensor) -> Tensor:
-    """Mean over columns of ``KL(target[:, j] || P[:, j])`` (0 log 0 = 0).
-
-    Shapes: target, P (..., n, n) -> (...).
-    """
-    if target.shape != P.shape:
-        raise ValueError(f"target {tuple(target.shape)} and P {tuple(P.shape)} must match")
-    log_ratio = torch.log(target.clamp_min(1e-300)) - torch.log(P.clamp_min(1e-300))
-    return torch.where(target > 0, target * log_ratio, 0.0).sum(dim=-2).mean(dim=-1)
-
-
-def total_variation(target: Tensor, P: Tensor) -> Tensor:
-    """Mean over columns of the total-variation distance. Shapes: (..., n, n) -> (...)."""
-    return 0.5 * (target - P).abs().sum(dim=-2).mean(dim=-1)
-
-
-@dataclass
-class FitResult:
-    """What a fit found: the final pattern, its KL and TV per target, the parameters."""
-
-    P: Tensor
-    kl: Tensor
-    tv: Tensor
-    params: list[Tensor]
-    steps: int
-
-
-def fit_pattern(
-    target: Tensor,
-    pattern_fn: Callable[[Sequence[Tensor]], Tensor],
-    params: Sequence[Tensor],
-    *,
-    steps: int = 1000,
-    method: str = "lbfgs",
-    lr: float | None = None,
-) -> FitResult:
-    """Fit ``pattern_fn(params)`` to ``target`` by minimising the mean column KL.
-
-    The loss is summed over leading batch axes, so a batch of independent problems is
-    fitted at once. ``method="lbfgs"`` (default; ``steps`` iterations with a strong-Wolfe
-    line search) reaches ~1e-7 where an exact fit exists; ``"adam"`` is the plain
-    first-order alternative (``lr`` default 0.05). Any model of attention can be fitted:
-    pass a callable that builds its column-stochastic pattern.
-
-    Shapes: target (..., n, n); pattern_fn(params) -> (..., n, n) -> FitResult with
-    P (..., n, n), kl and tv (...).
-    """
-    target = check_column_stochastic("target", target, atol=1e-4)
-    check_positive_int("steps", steps)
-    check_choice("method", method, ("lbfgs", "adam"))
-    if not callable(pattern_fn):
-        raise TypeError("pattern_fn must be callable as pattern_fn(params) -> P")
-    params = [p.detach().clone().requires_grad_(True) for p in params]
-
-    def loss_fn() -> Tensor:
-        return column_kl(target, pattern_fn(params)).sum()
-
-    if method == "lbfgs":
-        opt = torch.optim.LBFGS(
-            params,
-            lr=1.0 if lr is None else lr,
-            max_iter=steps,
-            history_size=50,
-            line_search_fn="strong_wolfe",
-            tolerance_grad=1e-14,
-            tolerance_change=1e-16,
-        )
-
-        def closure() -> Tensor:
-            opt.zero_grad()
-            loss = loss_fn()
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        done = int(opt.state[opt.param_groups[0]["params"][0]].get("n_iter", steps))
-    else:
-        opt = torch.optim.Adam(params, lr=0.05 if lr is None else lr)
-        for _ in range(steps):
-            opt.zero_grad()
-            loss_fn().backward()
-            opt.step()
-        done = steps
-    with torch.no_grad():
-        P = pattern_fn(params)
-        kl, tv = column_kl(target, P), total_variation(target, P)
-    return FitResult(P, kl, tv, [p.detach() for p in params], done)
 
 
 def fit_key_sizes(
