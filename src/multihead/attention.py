@@ -8,10 +8,10 @@ Conventions (see the notation page of the book):
   ``(heads, d_model, d_value)`` and ``W_O`` is ``(heads, d_value, d_model)``.
 
 ``forward`` returns only the output. The internals pass through identity ``HookPoint``
-modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, ``z``); ``run_with_cache`` records
-them. When nothing listens to ``scores`` or ``pattern`` the module takes the fused
-``torch.nn.functional.scaled_dot_product_attention`` path, which never materialises the
-pattern.
+modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, and ``z``, each head's output before the
+head mask and DropHead); ``run_with_cache`` records them. When nothing listens to
+``scores`` or ``pattern`` the module takes the fused
+``torch.nn.functional.scaled_dot_product_attention`` path, which never stores the pattern.
 """
 
 from __future__ import annotations
@@ -131,12 +131,12 @@ class MultiHeadAttention(nn.Module):
 
     def reset_parameters(self) -> None:
         """Xavier-uniform init, as if each projection were one ``nn.Linear``; zero biases."""
-        h, d = self.n_heads, self.d_model
+        d = self.d_model
         for W, fan_in, fan_out in (
-            (self.W_Q, d, h * self.d_key),
-            (self.W_K, d, h * self.d_key),
-            (self.W_V, d, h * self.d_value),
-            (self.W_O, h * self.d_value, d),
+            (self.W_Q, d, self.W_Q.shape[0] * self.d_key),
+            (self.W_K, d, self.W_K.shape[0] * self.d_key),
+            (self.W_V, d, self.W_V.shape[0] * self.d_value),
+            (self.W_O, self.W_O.shape[0] * self.d_value, d),
         ):
             bound = math.sqrt(6.0 / (fan_in + fan_out))
             nn.init.uniform_(W, -bound, bound)
@@ -177,29 +177,100 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = len(keep)
 
     # ------------------------------------------------------------------ forward
-    def _project(self, x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
+    def _project(self, x: Tensor, names: tuple[str, ...]) -> list[Tensor]:
+        """Project ``x`` with several of W_Q/W_K/W_V in one matrix product (fewer passes)."""
         batch, seq, _ = x.shape
-        h, _, d_head = W.shape
-        # (d_model, heads * d_head): one matmul for all heads.
-        flat = W.permute(1, 0, 2).reshape(self.d_model, h * d_head)
-        y = (x @ flat).view(batch, seq, h, d_head)  # (batch, seq, heads, d_head)
-        if b is not None:
-            y = y + b
-        return y.transpose(1, 2)  # (batch, heads, seq, d_head)
+        Ws = [getattr(self, f"W_{n}") for n in names]
+        # (d_model, sum of heads * d_head): all heads of all requested projections at once.
+        flat = torch.cat([W.permute(1, 0, 2).reshape(self.d_model, -1) for W in Ws], dim=1)
+        y = x @ flat  # (batch, seq, sum of heads * d_head)
+        if self.b_Q is not None:
+            y = y + torch.cat([getattr(self, f"b_{n}").flatten() for n in names])
+        sizes = [W.shape[0] * W.shape[2] for W in Ws]
+        outs = []
+        for W, part in zip(Ws, y.split(sizes, dim=-1), strict=True):
+            h, _, d_head = W.shape
+            outs.append(part.reshape(batch, seq, h, d_head).transpose(1, 2))  # (b, h, s, d_head)
+        return outs
 
-    def _head_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """Per-example, per-head multiplier: the head mask, times DropHead when training."""
-        gate = self.head_mask.to(dtype).expand(batch, self.n_heads)  # (batch, heads)
+    def _drophead_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """DropHead's per-example, per-head multiplier: 0 for a dropped head, and the kept
+        heads rescaled by ``n_heads / n_kept``. Shapes: -> (batch, heads)."""
+        keep = torch.rand(batch, self.n_heads, device=device) >= self.drophead
+        # Never drop every head of an example: keep one at random instead.
+        empty = ~keep.any(dim=1)
+        if empty.any():
+            rescue = torch.randint(self.n_heads, (int(empty.sum()),), device=device)
+            keep[empty.nonzero().squeeze(1), rescue] = True
+        scale = self.n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
+        return keep.to(dtype) * scale
+
+    def _inputs(
+        self,
+        query: Tensor,
+        key: Tensor | None,
+        value: Tensor | None,
+        key_padding_mask: Tensor | None,
+        causal: bool,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Check the inputs; return them with a boolean mask (batch or 1, 1, q_len, k_len),
+        True where a query may not look (None when nothing is masked)."""
+        query = _check_float("query", query, 3)
+        key = query if key is None else _check_float("key", key, 3)
+        value = key if value is None else _check_float("value", value, 3)
+        batch, q_len, d = query.shape
+        k_len = key.shape[1]
+        if d != self.d_model:
+            raise ValueError(f"query has last dimension {d}, expected d_model={self.d_model}")
+        if key.shape[0] != batch or key.shape[2] != d:
+            raise ValueError(f"key has shape {tuple(key.shape)}, expected ({batch}, k_len, {d})")
+        if value.shape[:2] != key.shape[:2] or value.shape[2] != d:
+            raise ValueError(f"value has shape {tuple(value.shape)}, expected {tuple(key.shape)}")
+        mask = None
+        if key_padding_mask is not None:
+            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+                raise TypeError("key_padding_mask must be a bool tensor, True at padding keys")
+            if key_padding_mask.shape != (batch, k_len):
+                raise ValueError(
+                    f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, "
+                    f"expected (batch, k_len) = ({batch}, {k_len})"
+                )
+            if key_padding_mask.all(dim=1).any():
+                raise ValueError("key_padding_mask masks every key of some example")
+            mask = key_padding_mask[:, None, None, :]
+        if causal:
+            if q_len != k_len:
+                raise ValueError(f"causal=True needs q_len == k_len, got {q_len} and {k_len}")
+            future = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).triu(1)
+            mask = future if mask is None else mask | future
+        return query, key, value, mask
+
+    def _qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-head queries, keys and values, through their hook points."""
+        if key is query and value is query:  # self-attention: one product for Q, K and V
+            q, k, v = self._project(query, ("Q", "K", "V"))
+        elif value is key:
+            (q,), (k, v) = self._project(query, ("Q",)), self._project(key, ("K", "V"))
+        else:
+            (q,), (k,), (v,) = (
+                self._project(t, (n,)) for t, n in ((query, "Q"), (key, "K"), (value, "V"))
+            )
+        q = self.q(q)  # (batch, heads, q_len, d_key)
+        k = self.k(k)  # (batch, heads, k_len, d_key)
+        v = self.v(v)  # (batch, heads, k_len, d_value)
+        return q, k, v
+
+    def _output(self, z: Tensor, batch: int, q_len: int) -> Tensor:
+        """DropHead (training), the head mask, and the output projection W_O."""
         if self.training and self.drophead > 0:
-            keep = torch.rand(batch, self.n_heads, device=device) >= self.drophead
-            # Never drop every head of an example: keep one at random instead.
-            empty = ~keep.any(dim=1)
-            if empty.any():
-                rescue = torch.randint(self.n_heads, (int(empty.sum()),), device=device)
-                keep[empty.nonzero().squeeze(1), rescue] = True
-            scale = self.n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
-            gate = gate * keep.to(dtype) * scale
-        return gate
+            z = z * self._drophead_gate(batch, z.device, z.dtype)[:, :, None, None]
+        # The head mask scales each head's block of W_O: a masked head writes nothing, and
+        # the mask costs a (heads, d_value, d_model) product, not a pass over z.
+        W_O = self.W_O * self.head_mask.to(z.dtype)[:, None, None]  # (heads, d_value, d_model)
+        # Concatenate heads and apply W_O in one matmul.
+        z_cat = z.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_value)
+        out = z_cat @ W_O.reshape(self.n_heads * self.d_value, self.d_model)
+        return out if self.b_O is None else out + self.b_O
 
     def forward(
         self,
@@ -218,59 +289,25 @@ class MultiHeadAttention(nn.Module):
         Shapes: query (batch, q_len, d_model), key and value (batch, k_len, d_model),
         key_padding_mask (batch, k_len) -> (batch, q_len, d_model).
         """
-        query = _check_float("query", query, 3)
-        key = query if key is None else _check_float("key", key, 3)
-        value = key if value is None else _check_float("value", value, 3)
-        batch, q_len, d = query.shape
-        k_len = key.shape[1]
-        if d != self.d_model:
-            raise ValueError(f"query has last dimension {d}, expected d_model={self.d_model}")
-        if key.shape[0] != batch or key.shape[2] != d:
-            raise ValueError(f"key has shape {tuple(key.shape)}, expected ({batch}, k_len, {d})")
-        if value.shape[:2] != key.shape[:2] or value.shape[2] != d:
-            raise ValueError(f"value has shape {tuple(value.shape)}, expected {tuple(key.shape)}")
-        mask = None  # boolean (batch or 1, 1, q_len, k_len), True = may not look
-        if key_padding_mask is not None:
-            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
-                raise TypeError("key_padding_mask must be a bool tensor, True at padding keys")
-            if key_padding_mask.shape != (batch, k_len):
-                raise ValueError(
-                    f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, "
-                    f"expected (batch, k_len) = ({batch}, {k_len})"
-                )
-            if key_padding_mask.all(dim=1).any():
-                raise ValueError("key_padding_mask masks every key of some example")
-            mask = key_padding_mask[:, None, None, :]
-        if causal:
-            if q_len != k_len:
-                raise ValueError(f"causal=True needs q_len == k_len, got {q_len} and {k_len}")
-            future = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).triu(1)
-            mask = future if mask is None else mask | future
-
-        q = self.q(self._project(query, self.W_Q, self.b_Q))  # (batch, heads, q_len, d_key)
-        k = self.k(self._project(key, self.W_K, self.b_K))  # (batch, heads, k_len, d_key)
-        v = self.v(self._project(value, self.W_V, self.b_V))  # (batch, heads, k_len, d_value)
+        query, key, value, mask = self._inputs(query, key, value, key_padding_mask, causal)
+        batch, q_len, _ = query.shape
+        q, k, v = self._qkv(query, key, value)
         p_drop = self.attn_dropout if self.training else 0.0
-
         if not (self.scores.is_hooked or self.pattern.is_hooked):
             # Fused path: the pattern is never materialised.
             z = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=None if mask is None else ~mask, dropout_p=p_drop
             )  # (batch, heads, q_len, d_value)
         else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_key)  # (batch, heads, q, k)
+            # Scale q (n x d_key numbers) rather than the scores (n x n numbers).
+            scores = (q / math.sqrt(self.d_key)) @ k.transpose(-2, -1)  # (batch, heads, q, k)
             if mask is not None:
                 scores = scores.masked_fill(mask, float("-inf"))
             scores = self.scores(scores)
             pattern = self.pattern(scores.softmax(dim=-1))  # (batch, heads, q_len, k_len)
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
-
-        gate = self._head_gate(batch, query.device, z.dtype)  # (batch, heads)
-        z = self.z(z * gate[:, :, None, None])  # (batch, heads, q_len, d_value)
-        # Concatenate heads and apply W_O in one matmul.
-        z_cat = z.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_value)
-        out = z_cat @ self.W_O.reshape(self.n_heads * self.d_value, self.d_model)
-        return out if self.b_O is None else out + self.b_O
+        z = self.z(z)  # (batch, heads, q_len, d_value): what each head computes
+        return self._output(z, batch, q_len)
 
     def extra_repr(self) -> str:
         return (

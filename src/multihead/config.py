@@ -8,6 +8,7 @@ from multihead._checks import check_choice, check_positive_int, check_probabilit
 
 INIT_SCHEMES = ("xavier", "scaled", "ds_init", "shared_heads")
 NORMS = ("pre", "post")
+ATTENTION_KINDS = ("standard", "talking_heads")
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,8 @@ class ModelConfig:
 
     ``d_key``/``d_value`` default to ``d_model // n_heads``; ``d_ff`` to ``4 * d_model``;
     ``n_classes`` (the output size) to ``vocab_size``. ``n_decoder_layers`` is only used by
-    the encoder-decoder. ``init`` names an init scheme (see ``multihead.model.init_model``):
+    the encoder-decoder. ``attention`` is ``"standard"`` or ``"talking_heads"`` (both mixing
+    steps, identity at init). ``init`` names an init scheme (see ``multihead.model.init_model``):
     ``init_gain`` scales it and ``init_epsilon`` is the noise of ``"shared_heads"``.
     """
 
@@ -34,6 +36,7 @@ class ModelConfig:
     attn_dropout: float = 0.0
     drophead: float = 0.0
     norm: str = "pre"
+    attention: str = "standard"
     init: str = "xavier"
     init_gain: float = 1.0
     init_epsilon: float = 0.0
@@ -53,6 +56,9 @@ class ModelConfig:
         for name in ("dropout", "attn_dropout", "drophead"):
             check_probability(name, getattr(self, name))
         check_choice("norm", self.norm, NORMS)
+        check_choice("attention", self.attention, ATTENTION_KINDS)
+        if self.attention == "talking_heads" and self.attn_dropout:
+            raise ValueError("attn_dropout is not supported with attention='talking_heads'")
         check_choice("init", self.init, INIT_SCHEMES)
         if not isinstance(self.init_gain, (int, float)) or self.init_gain <= 0:
             raise ValueError(f"init_gain={self.init_gain!r} must be a positive number")

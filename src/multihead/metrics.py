@@ -10,7 +10,9 @@ import torch
 from torch import Tensor
 
 
-def check_pattern(name: str, pattern: object, min_ndim: int = 2) -> Tensor:
+def check_pattern(
+    name: str, pattern: object, min_ndim: int = 2, layout: str = "(..., query, key)"
+) -> Tensor:
     """Raise a clear error unless ``pattern`` is a float tensor of attention rows.
 
     Shapes: (..., query, key).
@@ -20,10 +22,7 @@ def check_pattern(name: str, pattern: object, min_ndim: int = 2) -> Tensor:
     if not pattern.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {pattern.dtype}")
     if pattern.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have at least {min_ndim} dimensions (..., query, key), "
-            f"got shape {tuple(pattern.shape)}"
-        )
+        raise ValueError(f"{name} must be shaped {layout}, got shape {tuple(pattern.shape)}")
     if pattern.numel() and (pattern.min() < 0):
         raise ValueError(f"{name} has negative entries; expected attention probabilities")
     return pattern
@@ -34,9 +33,9 @@ def entropy(pattern: Tensor) -> Tensor:
 
     A head that looks at one token has entropy 0; a uniform row over n keys has log n.
 
-    Shapes: (..., query, key) -> (..., query).
+    Shapes: (..., query, key) -> (..., query); a single distribution (key,) -> ().
     """
-    p = check_pattern("pattern", pattern)
+    p = check_pattern("pattern", pattern, 1, "(..., key)")
     # xlogy gives exactly 0 where p == 0, so masked keys contribute nothing.
     return -torch.special.xlogy(p, p).sum(dim=-1)
 
@@ -58,7 +57,7 @@ def head_confidence(pattern: Tensor, query_mask: Tensor | None = None) -> Tensor
 
     Shapes: pattern (batch, heads, query, key), query_mask (batch, query) -> (heads,).
     """
-    p = check_pattern("pattern", pattern, min_ndim=4)
+    p = check_pattern("pattern", pattern, 4, "(batch, heads, query, key)")
     if p.ndim != 4:
         raise ValueError(f"pattern must be (batch, heads, query, key), got {tuple(p.shape)}")
     top = p.amax(dim=-1)  # (batch, heads, query)
@@ -86,7 +85,7 @@ def offset_profile(pattern: Tensor) -> Tensor:
 
     Shapes: (batch, heads, n, n) -> (heads, 2n - 1).
     """
-    p = check_pattern("pattern", pattern, min_ndim=4)
+    p = check_pattern("pattern", pattern, 4, "(batch, heads, n, n)")
     if p.ndim != 4 or p.shape[-1] != p.shape[-2]:
         raise ValueError(f"pattern must be (batch, heads, n, n), got {tuple(p.shape)}")
     n = p.shape[-1]

@@ -18,6 +18,12 @@ from multihead.config import ModelConfig
 
 
 def _mha(cfg: ModelConfig) -> MultiHeadAttention:
+    if cfg.attention == "talking_heads":
+        from multihead.talking_heads import TalkingHeadsAttention
+
+        return TalkingHeadsAttention(
+            cfg.d_model, cfg.n_heads, cfg.d_key, cfg.d_value, drophead=cfg.drophead
+        )
     return MultiHeadAttention(
         cfg.d_model,
         cfg.n_heads,

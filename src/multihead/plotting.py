@@ -77,7 +77,7 @@ def plot_heads(
 
     Shapes: patterns (heads, query, key).
     """
-    p = check_pattern("patterns", torch.as_tensor(patterns), min_ndim=3)
+    p = check_pattern("patterns", torch.as_tensor(patterns), 3, "(heads, query, key)")
     if p.ndim != 3:
         raise ValueError(f"patterns must be (heads, query, key), got shape {tuple(p.shape)}")
     h = p.shape[0]
@@ -107,7 +107,7 @@ def plot_grid(
 
     Shapes: patterns (layers, heads, query, key).
     """
-    p = check_pattern("patterns", torch.as_tensor(patterns), min_ndim=4)
+    p = check_pattern("patterns", torch.as_tensor(patterns), 4, "(layers, heads, query, key)")
     if p.ndim != 4:
         raise ValueError(f"patterns must be (layers, heads, query, key), got {tuple(p.shape)}")
     n_layers, n_heads = p.shape[:2]

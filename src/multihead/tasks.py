@@ -24,19 +24,22 @@ def _check_generator(generator: object) -> torch.Generator:
 
 
 @dataclass(frozen=True)
-class PairLookupTask:
-    """Name the ordered pair of tokens at two fixed offsets back: ``y_t = V x_{t-a} + x_{t-b}``.
+class LookupTask:
+    """Name the ordered tuple of tokens at fixed offsets back.
 
-    Every position ``t >= max(a, b)`` has a target among ``V**2`` classes that needs both
-    tokens *and their order*. One head per offset is a natural solution; a single head must
-    weigh the two positions unequally to keep the order (a book exercise proves it).
+    With offsets ``(a_1, ..., a_k)`` the target at every position ``t >= max(a_i)`` is
+    ``y_t = sum_i V^(k-i) x_{t-a_i}``, one of ``V**k`` classes: it needs every token *and
+    its place*. With the default two offsets (the chapter-1 task, ``y_t = V x_{t-1} +
+    x_{t-3}``) one head per offset is a natural solution; a single head must weigh the two
+    positions unequally to keep their order (a book exercise proves it). More offsets give
+    a task whose heads must do several different jobs at once.
 
-    Shapes: sample -> x (batch, seq_len) in [0, V), y (batch, seq_len) in [0, V**2) or IGNORE.
+    Shapes: sample -> x (batch, seq_len) in [0, V), y (batch, seq_len) in [0, V**k) or IGNORE.
     """
 
     vocab_size: int = 8
     seq_len: int = 12
-    offsets: tuple[int, int] = (1, 3)
+    offsets: tuple[int, ...] = (1, 3)
 
     def __post_init__(self) -> None:
         check_positive_int("vocab_size", self.vocab_size)
@@ -45,20 +48,19 @@ class PairLookupTask:
             raise ValueError(f"vocab_size={self.vocab_size} must be at least 2")
         if (
             not isinstance(self.offsets, tuple)
-            or len(self.offsets) != 2
+            or len(self.offsets) < 2
             or any(isinstance(o, bool) or not isinstance(o, int) for o in self.offsets)
         ):
-            raise TypeError(f"offsets must be a tuple of two ints, got {self.offsets!r}")
-        a, b = self.offsets
-        if a <= 0 or b <= 0 or a == b:
-            raise ValueError(f"offsets={self.offsets} must be two different positive ints")
-        if max(a, b) >= self.seq_len:
+            raise TypeError(f"offsets must be a tuple of at least two ints, got {self.offsets!r}")
+        if min(self.offsets) <= 0 or len(set(self.offsets)) != len(self.offsets):
+            raise ValueError(f"offsets={self.offsets} must be different positive ints")
+        if max(self.offsets) >= self.seq_len:
             raise ValueError(f"offsets={self.offsets} must be smaller than seq_len={self.seq_len}")
 
     @property
     def n_classes(self) -> int:
-        """Number of target classes, ``V**2``."""
-        return self.vocab_size**2
+        """Number of target classes, ``V**k`` for ``k`` offsets."""
+        return self.vocab_size ** len(self.offsets)
 
     @property
     def first_target(self) -> int:
@@ -69,11 +71,13 @@ class PairLookupTask:
         """Draw a batch of uniformly random sequences and their targets."""
         check_positive_int("batch_size", batch_size)
         _check_generator(generator)
-        a, b = self.offsets
         n, t = self.seq_len, self.first_target
         x = torch.randint(self.vocab_size, (batch_size, n), generator=generator)
         y = torch.full_like(x, IGNORE)
-        y[:, t:] = self.vocab_size * x[:, t - a : n - a] + x[:, t - b : n - b]
+        target = torch.zeros_like(x[:, t:])
+        for a in self.offsets:  # most significant digit first
+            target = self.vocab_size * target + x[:, t - a : n - a]
+        y[:, t:] = target
         return x, y
 
 

@@ -48,7 +48,7 @@ class WithStaticFallback:
 
 def _as_examples(patterns: object) -> list[torch.Tensor]:
     if isinstance(patterns, torch.Tensor):
-        check_pattern("patterns", patterns, min_ndim=5)
+        check_pattern("patterns", patterns, 5, "(examples, layers, heads, query, key)")
         if patterns.ndim != 5:
             raise ValueError(
                 "patterns must be (examples, layers, heads, query, key) or a list of "
@@ -57,7 +57,10 @@ def _as_examples(patterns: object) -> list[torch.Tensor]:
         return list(patterns)
     if not isinstance(patterns, Sequence) or not patterns:
         raise TypeError("patterns must be a tensor or a non-empty list of tensors")
-    out = [check_pattern(f"patterns[{i}]", p, min_ndim=4) for i, p in enumerate(patterns)]
+    out = [
+        check_pattern(f"patterns[{i}]", p, 4, "(layers, heads, query, key)")
+        for i, p in enumerate(patterns)
+    ]
     shapes = {tuple(p.shape[:2]) for p in out}
     if any(p.ndim != 4 for p in out) or len(shapes) != 1:
         raise ValueError(

@@ -1,0 +1,108 @@
+"""Forward + backward time of our MultiHeadAttention against torch.nn.MultiheadAttention.
+
+Run from the repository root:  python benchmarks/attention_speed.py [--device cuda]
+
+All four variants see the same inputs in the same run; times are medians over
+interleaved rounds of torch.utils.benchmark, and the ratios are printed side by side.
+Nothing here is asserted: speed depends on the machine, so it is measured and reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+from torch.utils import benchmark
+
+from multihead.attention import MultiHeadAttention, to_torch_multihead
+from multihead.exercises import mha_flops
+
+CONFIGS = [
+    {"batch": 32, "seq": 64, "d_model": 128, "n_heads": 8},
+    {"batch": 16, "seq": 256, "d_model": 512, "n_heads": 8},
+]
+
+
+def _step(fn, x):
+    def run():
+        x.grad = None
+        fn(x).sum().backward()
+
+    return run
+
+
+def measure(cfg: dict, device: torch.device, rounds: int) -> dict[str, float]:
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(cfg["d_model"], cfg["n_heads"]).to(device)
+    ref = to_torch_multihead(ours).to(device)
+    x = torch.randn(cfg["batch"], cfg["seq"], cfg["d_model"], device=device, requires_grad=True)
+
+    exposed = MultiHeadAttention(cfg["d_model"], cfg["n_heads"]).to(device)
+    exposed.load_state_dict(ours.state_dict())
+    kept = {}
+    exposed.pattern.register_forward_hook(lambda m, a, out: kept.update(pattern=out))
+
+    variants = {
+        "ours, fused path": lambda t: ours(t),
+        "ours, pattern exposed": lambda t: exposed(t),
+        "torch, need_weights=False": lambda t: ref(t, t, t, need_weights=False)[0],
+        "torch, need_weights=True": lambda t: ref(
+            t, t, t, need_weights=True, average_attn_weights=False
+        )[0],
+    }
+    # Interleave the variants over several rounds, so a slow moment of the machine hits all
+    # of them alike; report each variant's median over the rounds.
+    timers = {
+        name: benchmark.Timer(stmt="run()", globals={"run": _step(fn, x)})
+        for name, fn in variants.items()
+    }
+    number = {
+        name: max(1, int(t.blocked_autorange(min_run_time=0.2).number_per_run))
+        for name, t in timers.items()
+    }
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name].append(timer.timeit(number[name]).mean)
+    times = {name: statistics.median(s) for name, s in samples.items()}
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds per variant")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    print(f"device: {device}, torch {torch.__version__}, threads: {torch.get_num_threads()}")
+    for cfg in CONFIGS:
+        times = measure(cfg, device, args.rounds)
+        # Forward matmul FLOPs; backward costs about twice the forward.
+        flops = (
+            3
+            * cfg["batch"]
+            * mha_flops(
+                cfg["d_model"],
+                cfg["n_heads"],
+                cfg["d_model"] // cfg["n_heads"],
+                cfg["d_model"] // cfg["n_heads"],
+                cfg["seq"],
+            )
+        )
+        base = times["torch, need_weights=False"]
+        base_w = times["torch, need_weights=True"]
+        print(f"\n{cfg}")
+        print(
+            f"{'variant':28s} {'ms':>8s} {'GFLOP/s':>8s} {'vs torch nw=False':>18s} "
+            f"{'vs torch nw=True':>17s}"
+        )
+        for name, t in times.items():
+            print(
+                f"{name:28s} {t * 1e3:8.2f} {flops / t / 1e9:8.1f} {t / base:18.2f} "
+                f"{t / base_w:17.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Structure checks of the course, the book build (warnings are errors) and lint."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from multihead import nbtools
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = nbtools.notebooks(ROOT)
+CHAPTERS = sorted((ROOT / "book").glob("*.md"))
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries:
+            files.append(entry["file"])
+            walk(entry.get("sections", []))
+
+    for part in toc["parts"]:
+        walk(part["chapters"])
+    return files
+
+
+def test_every_notebook_and_chapter_is_in_the_toc():
+    listed = set(_toc_files())
+    for path in NOTEBOOKS + CHAPTERS:
+        assert str(path.relative_to(ROOT).with_suffix("")) in listed, f"{path} not in _toc.yml"
+    for entry in listed:
+        assert any((ROOT / f"{entry}{ext}").exists() for ext in (".md", ".ipynb")), entry
+
+
+def test_chapters_and_notebooks_pair_up():
+    numbered = {p.stem for p in CHAPTERS if re.match(r"\d\d_", p.stem)}
+    assert numbered == {p.stem for p in NOTEBOOKS}
+
+
+def test_setup_cells_are_identical_and_current():
+    expected = nbtools.setup_source(ROOT)
+    for path in NOTEBOOKS:
+        first = nbformat.read(path, as_version=4).cells[0]
+        assert first.cell_type == "code" and first.source == expected, (
+            f"{path.name}: run `python -m multihead.nbtools sync`"
+        )
+
+
+def test_setup_cell_installs_from_the_configured_repository():
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    assert f"git+{url}" in nbtools.setup_source(ROOT)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_size_outputs_and_metadata(path):
+    assert path.stat().st_size < 2_000_000, f"{path.name} is over 2 MB"
+    nb = json.loads(path.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert any(c["outputs"] for c in code), f"{path.name} has no committed outputs"
+    for cell in code:
+        for out in cell["outputs"]:
+            assert out["output_type"] != "error", f"{path.name} has an error output"
+            text = "".join(out.get("text", ""))
+            assert "mode: fast" not in text, f"{path.name}: commit a full-mode run"
+    assert nb["metadata"].get("accelerator") == "GPU"
+    assert any("assert " in "".join(c["source"]) for c in code), f"{path.name} asserts nothing"
+
+
+def test_sync_is_idempotent(tmp_path):
+    for name in ("_config.yml",):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "notebooks").mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(1)")]
+    target = tmp_path / "notebooks" / "99_demo.ipynb"
+    nbformat.write(nb, target)
+    assert nbtools.sync(tmp_path) == [target]
+    assert nbtools.sync(tmp_path) == []
+    cells = nbformat.read(target, as_version=4).cells
+    assert cells[0].source == nbtools.setup_source(tmp_path) and cells[1].source == "print(1)"
+
+
+def test_requirements_pin_everything():
+    lines = [
+        line.strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[-1] == "-e ."
+    assert "torch==2.13.0" in lines
+    assert all("==" in line for line in lines[:-1]), "pin every requirement exactly"
+
+
+def test_ruff_lint_and_format():
+    targets = ["src", "tests", "benchmarks", "book/_ext"]
+    ruff = [sys.executable, "-m", "ruff"]
+    lint = subprocess.run(ruff + ["check", *targets], cwd=ROOT, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    fmt = subprocess.run(
+        ruff + ["format", "--check", *targets], cwd=ROOT, capture_output=True, text=True
+    )
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_book_builds_without_warnings(tmp_path):
+    cmd = ["jupyter-book", "build", str(ROOT), "-W", "-n", "--keep-going"]
+    result = subprocess.run(
+        cmd + ["--path-output", str(tmp_path)], capture_output=True, text=True, timeout=900
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:]
+    html = tmp_path / "_build" / "html"
+    chapter = (html / "book" / "01_mha_from_scratch.html").read_text()
+    assert "proof" in chapter and "colab.research.google.com" in chapter
+    assert "<img" in chapter  # figures pasted from the notebook
+    notebook_page = (html / "notebooks" / "01_mha_from_scratch.html").read_text()
+    assert "colab.research.google.com" in notebook_page  # the launch button

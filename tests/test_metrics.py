@@ -1,0 +1,67 @@
+import math
+
+import pytest
+import torch
+
+from multihead.metrics import entropy, head_confidence, max_weight, offset_profile
+
+
+def test_entropy_handles_zero_weights():
+    one_hot = torch.eye(4)
+    assert torch.equal(entropy(one_hot), torch.zeros(4))
+    uniform = torch.full((2, 5), 0.2)
+    assert torch.allclose(entropy(uniform), torch.full((2,), math.log(5)))
+    half = torch.tensor([0.5, 0.5, 0.0])
+    assert torch.allclose(entropy(half), torch.tensor(math.log(2)))
+
+
+def test_confidence_and_max_weight():
+    p = torch.zeros(2, 3, 4, 4)
+    p[:, 0] = torch.eye(4)  # a perfectly confident head
+    p[:, 1] = 0.25  # a uniform head
+    p[:, 2, :, 0] = 1.0
+    conf = head_confidence(p)
+    assert torch.allclose(conf, torch.tensor([1.0, 0.25, 1.0]))
+    assert max_weight(p).shape == (2, 3, 4)
+    mask = torch.tensor([[True, False, False, False]] * 2)
+    assert torch.allclose(head_confidence(p, mask), conf)
+
+
+def test_offset_profile_of_a_previous_token_head():
+    n = 5
+    prev = torch.zeros(1, 1, n, n)
+    prev[0, 0, 0, 0] = 1.0
+    for i in range(1, n):
+        prev[0, 0, i, i - 1] = 1.0
+    prof = offset_profile(prev)[0]
+    assert prof.shape == (2 * n - 1,)
+    assert prof[n - 2] == 1.0  # offset -1: every query that has a previous token uses it
+    assert prof.argmax() == n - 2
+
+
+@pytest.mark.parametrize(
+    "bad, err",
+    [
+        ([[0.5, 0.5]], TypeError),
+        (torch.tensor([[1, 0]]), TypeError),
+        (torch.tensor(0.5), ValueError),
+        (torch.tensor([[-0.5, 1.5]]), ValueError),
+    ],
+)
+def test_entropy_bad_input(bad, err):
+    with pytest.raises(err, match="pattern"):
+        entropy(bad)
+
+
+def test_confidence_bad_input():
+    p = torch.full((2, 3, 4, 4), 0.25)
+    with pytest.raises(ValueError, match=r"\(batch, heads, query, key\)"):
+        head_confidence(p[0])
+    with pytest.raises(TypeError, match="query_mask"):
+        head_confidence(p, torch.ones(2, 4))
+    with pytest.raises(ValueError, match="query_mask has shape"):
+        head_confidence(p, torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="no query"):
+        head_confidence(p, torch.zeros(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="n, n"):
+        offset_profile(torch.full((1, 1, 3, 4), 0.25))

@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from multihead import runtime
+
+
+def test_pick_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_FAST", "1")
+    assert runtime.is_fast() and runtime.pick(full=10, fast=1) == 1 and runtime.mode() == "fast"
+    monkeypatch.setenv("MULTIHEAD_FAST", "0")
+    assert not runtime.is_fast() and runtime.pick(full=10, fast=1) == 10
+    monkeypatch.delenv("MULTIHEAD_FAST")
+    assert runtime.mode() == "full"
+
+
+def test_bad_mode_value_is_named(monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_FAST", "maybe")
+    with pytest.raises(ValueError, match="MULTIHEAD_FAST"):
+        runtime.is_fast()
+
+
+def test_device_choice(monkeypatch):
+    monkeypatch.delenv("MULTIHEAD_DEVICE", raising=False)
+    assert runtime.device("cpu").type == "cpu"
+    assert runtime.device().type in {"cpu", "cuda", "mps"}
+    with pytest.raises(ValueError, match="prefer"):
+        runtime.device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            runtime.device("cuda")
+
+
+def test_seed_everything_is_deterministic():
+    g1 = runtime.seed_everything(7)
+    a = torch.randn(3), torch.randint(10, (3,), generator=g1)
+    g2 = runtime.seed_everything(7)
+    b = torch.randn(3), torch.randint(10, (3,), generator=g2)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("seed, err", [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_seed_bad_input(seed, err):
+    with pytest.raises(err, match="seed"):
+        runtime.seed_everything(seed)

@@ -1,0 +1,91 @@
+import pytest
+import torch
+
+from multihead.config import ModelConfig, TrainConfig
+from multihead.model import EncoderModel
+from multihead.tasks import IGNORE, LookupTask
+from multihead.train import cached_train, token_accuracy, token_loss, train
+
+TASK = LookupTask(vocab_size=4, seq_len=8)
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=4, n_classes=16, d_model=32, n_heads=2, n_layers=1, max_len=8)
+    return EncoderModel(cfg)
+
+
+def test_training_learns_the_pair_task():
+    model = _model()
+    x, y = TASK.sample(500, torch.Generator().manual_seed(9))
+    before = token_accuracy(model(x), y)
+    hist = train(
+        model,
+        TASK.sample,
+        TrainConfig(steps=300, lr=3e-3, eval_every=100),
+        evaluate=lambda m: {"acc": token_accuracy(m(x), y)},
+        device=torch.device("cpu"),
+        progress=False,
+    )
+    assert [e["step"] for e in hist.evals] == [100, 200, 300]
+    assert hist.evals[-1]["acc"] > 0.9 > before
+    assert hist.loss[-1] < hist.loss[0] and hist.seconds > 0
+
+
+def test_training_is_deterministic_on_cpu():
+    runs = []
+    for _ in range(2):
+        model = _model()
+        train(model, TASK.sample, TrainConfig(steps=20), device=torch.device("cpu"), progress=False)
+        runs.append(model.head.weight.detach().clone())
+    assert torch.equal(*runs)
+
+
+def test_checkpoint_cache_loads_instead_of_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    calls = []
+    cfg = TrainConfig(steps=5)
+
+    def run(model):
+        def fn():
+            calls.append(1)
+            return train(model, TASK.sample, cfg, device=torch.device("cpu"), progress=False)
+
+        return fn
+
+    first = _model()
+    h1 = cached_train("unit", first, (cfg, TASK), run(first))
+    second = _model(seed=1)
+    h2 = cached_train("unit", second, (cfg, TASK), run(second))
+    assert len(calls) == 1 and h1.loss == h2.loss
+    assert torch.equal(first.head.weight.cpu(), second.head.weight.cpu())
+    third = _model()
+    cached_train("unit", third, (TrainConfig(steps=6), TASK), run(third))  # new key: trains
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="name"):
+        cached_train("bad name!", first, cfg, run(first))
+
+
+def test_accuracy_and_loss_skip_ignored_positions():
+    logits = torch.tensor([[[5.0, 0.0], [0.0, 5.0], [5.0, 0.0]]])
+    y = torch.tensor([[0, 0, IGNORE]])
+    assert token_accuracy(logits, y) == 0.5
+    with pytest.raises(ValueError, match="IGNORE"):
+        token_accuracy(logits, torch.full((1, 3), IGNORE))
+    with pytest.raises(ValueError, match="do not match"):
+        token_accuracy(logits, y[:, :2])
+
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            return logits
+
+    assert torch.isfinite(token_loss(Fixed(), (None, y)))
+
+
+def test_bad_input():
+    with pytest.raises(TypeError, match="model"):
+        train("model", TASK.sample, TrainConfig())
+    with pytest.raises(TypeError, match="cfg"):
+        train(_model(), TASK.sample, {"steps": 1})
+    with pytest.raises(TypeError, match="sample"):
+        train(_model(), None, TrainConfig())
