@@ -79,3 +79,59 @@ class LookupTask:
             target = self.vocab_size * target + x[:, t - a : n - a]
         y[:, t:] = target
         return x, y
+
+
+@dataclass(frozen=True)
+class SubsetCountTask:
+    """Count the ones among a fixed random set of positions: ``y_t = sum_{s in S_t} x_s``.
+
+    ``x`` is a random bit string of length ``seq_len``. Each query position ``t`` owns a
+    fixed random subset ``S_t`` of ``subset_size`` positions (drawn once from ``seed``), and
+    its target is how many ones ``x`` holds there, a class in ``0..subset_size``. One head
+    solves it by attending uniformly to ``S_t``, but that pattern is a random 0/1 matrix
+    (``gold_pattern``), which no low-rank logit matrix reproduces: the task needs a key
+    size of the order of ``seq_len`` (chapter 3).
+
+    Shapes: sample -> x (batch, seq_len) in {0, 1}, y (batch, seq_len) in
+    [0, subset_size]; gold_pattern -> (query, key), rows sum to 1.
+    """
+
+    seq_len: int = 16
+    subset_size: int = 4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive_int("seq_len", self.seq_len)
+        check_positive_int("subset_size", self.subset_size)
+        if self.subset_size >= self.seq_len:
+            raise ValueError(
+                f"subset_size={self.subset_size} must be smaller than seq_len={self.seq_len}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r} must be a non-negative int")
+
+    @property
+    def n_classes(self) -> int:
+        """Number of possible targets, ``subset_size + 1``."""
+        return self.subset_size + 1
+
+    def membership(self) -> Tensor:
+        """``M[t, s] = 1`` if position ``s`` is in ``S_t``. Shapes: -> (seq_len, seq_len)."""
+        g = torch.Generator().manual_seed(self.seed)
+        scores = torch.rand(self.seq_len, self.seq_len, generator=g)
+        chosen = scores.argsort(dim=1)[:, : self.subset_size]  # (seq_len, subset_size)
+        M = torch.zeros(self.seq_len, self.seq_len)
+        M.scatter_(1, chosen, 1.0)
+        return M
+
+    def gold_pattern(self) -> Tensor:
+        """The ideal attention: uniform over ``S_t``. Shapes: -> (query, key)."""
+        return self.membership() / self.subset_size
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Draw random bit strings and their counts."""
+        check_positive_int("batch_size", batch_size)
+        _check_generator(generator)
+        x = torch.randint(2, (batch_size, self.seq_len), generator=generator)
+        y = (x.float() @ self.membership().T).round().long()  # (batch, seq_len)
+        return x, y

@@ -123,3 +123,66 @@ def explore_attention(
     box = w.VBox([w.HBox([example, layer, head]), out])
     note = "Attention explorer: needs a live kernel. Static view: example 0, layer 0, head 0."
     return WithStaticFallback(box, draw(0, 0, 0), note)
+
+
+# ---------------------------------------------------------------------------------
+# Chapter 3: the low-rank bottleneck
+# ---------------------------------------------------------------------------------
+def plot_low_rank_fit(axes: Sequence, n: int, d_k: int, steps: int = 300) -> float:
+    """Draw a random target pattern and the best fit by one head of key size ``d_k``.
+
+    The patterns are drawn in the package's row convention (query rows, key columns).
+    Returns the KL of the fit.
+
+    Shapes: axes (2,) matplotlib axes -> float.
+    """
+    from multihead.lowrank import best_fit_example
+
+    target, fitted, kl = best_fit_example(n, d_k, steps=steps)
+    vmax = float(target.max())
+    for ax, M, title in (
+        (axes[0], target, f"target, n={n}"),
+        (axes[1], fitted, f"best fit, d_k={d_k}\nKL {kl:.1e}"),
+    ):
+        ax.imshow(M.T.numpy(), cmap="viridis", vmin=0, vmax=vmax)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    return kl
+
+
+def explore_low_rank(
+    n: int = 8, d_k: int = 3, max_n: int = 16, steps: int = 300
+) -> WithStaticFallback:
+    """Sliders for ``n`` and ``d_k``: a random target next to the best one-head fit.
+
+    Shapes: none.
+    """
+    import ipywidgets as w
+    from IPython.display import display
+
+    def draw(n_: int, d_k_: int) -> Figure:
+        fig, axes = plt.subplots(1, 2, figsize=(5.6, 3.0))
+        plot_low_rank_fit(axes, n_, d_k_, steps)
+        fig.tight_layout()
+        return fig
+
+    n_slider = w.IntSlider(n, 2, max_n, description="n")
+    k_slider = w.IntSlider(d_k, 1, max_n + 2, description="d_k")
+    out = w.Output()
+
+    def update(_change: object = None) -> None:
+        with out:
+            out.clear_output(wait=True)
+            fig = draw(n_slider.value, k_slider.value)
+            display(fig)
+            plt.close(fig)
+
+    for control in (n_slider, k_slider):
+        control.observe(update, names="value")
+    update()
+    box = w.VBox([w.HBox([n_slider, k_slider]), out])
+    note = f"Low-rank explorer: needs a live kernel. Static view: n={n}, d_k={d_k}."
+    return WithStaticFallback(box, draw(n, d_k), note)
