@@ -122,7 +122,7 @@ def test_head_mask_zeroes_exactly_one_slice(loaded):
     with torch.no_grad(), HeadMask(model) as hm:
         h2 = proj.register_forward_hook(lambda m, a, out: seen.__setitem__("y", out.clone()))
         hm.set([(0, 3)])
-        model(**enc)
+        model(**enc.to(model.device))
     h1.remove()
     h2.remove()
     with torch.no_grad():

