@@ -1,0 +1,52 @@
+"""Checkers for the exercises, one module per chapter.
+
+Each checker takes the reader's answer, tests it against the course's reference on fresh
+inputs, prints one line on success and raises ``AssertionError`` with a hint otherwise.
+Import them from here, e.g. ``from multihead.exercises import check_attention``.
+"""
+
+from multihead.exercises.ch01 import (
+    check_attention,
+    check_mha_flops,
+    check_mha_parameter_count,
+    mha_flops,
+)
+from multihead.exercises.ch03 import (
+    check_bert_large_extra_params,
+    check_min_key_size,
+    check_realize_rows,
+)
+from multihead.exercises.ch04 import (
+    check_invisible_mixing,
+    check_post_mix,
+    check_talking_heads_flops,
+)
+from multihead.exercises.ch05 import (
+    check_head_confidence,
+    check_positional_share,
+    check_subject_head,
+)
+from multihead.exercises.ch09 import (
+    check_classical_mds,
+    check_js_divergence,
+    check_word_level,
+)
+
+__all__ = [
+    "check_attention",
+    "check_bert_large_extra_params",
+    "check_classical_mds",
+    "check_head_confidence",
+    "check_invisible_mixing",
+    "check_js_divergence",
+    "check_mha_flops",
+    "check_mha_parameter_count",
+    "check_min_key_size",
+    "check_positional_share",
+    "check_post_mix",
+    "check_realize_rows",
+    "check_subject_head",
+    "check_talking_heads_flops",
+    "check_word_level",
+    "mha_flops",
+]
