@@ -146,3 +146,83 @@ def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
     rx, ry = rx - rx.mean(), ry - ry.mean()
     denom = (rx.norm() * ry.norm()).clamp_min(1e-12)
     return (rx @ ry) / denom
+
+
+def js_divergence(p: Tensor, q: Tensor) -> Tensor:
+    """Jensen-Shannon divergence in nats between distributions on the last dimension.
+
+    JS(p, q) = KL(p || m) / 2 + KL(q || m) / 2 with m = (p + q) / 2; it is symmetric, lies in
+    [0, log 2], and its square root (the JS distance) is a metric. 0 log 0 = 0.
+
+    Shapes: p (..., n), q broadcastable to p -> (...).
+    """
+    p = check_pattern("p", p, 1, "(..., n)")
+    q = check_pattern("q", q, 1, "(..., n)")
+    if p.shape[-1] != q.shape[-1]:
+        raise ValueError(f"p has {p.shape[-1]} outcomes but q has {q.shape[-1]}; they must match")
+    m = (p + q) / 2
+    # xlogy(p, p/m) is 0 where p == 0; where p > 0, m > 0 as well.
+    kl_pm = torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p, m).sum(-1)
+    kl_qm = torch.special.xlogy(q, q).sum(-1) - torch.special.xlogy(q, m).sum(-1)
+    return ((kl_pm + kl_qm) / 2).clamp_min(0.0)
+
+
+def head_distance_matrix(pattern: Tensor) -> Tensor:
+    """Mean Jensen-Shannon *distance* (square root of the divergence) between every pair of
+    heads, averaged over batch and queries: how differently two heads distribute attention
+    on the same tokens (Clark et al. 2019 compare heads this way).
+
+    Shapes: (batch, heads, query, key) -> (heads, heads), symmetric, zero diagonal.
+    """
+    p = check_pattern("pattern", pattern, 4, "(batch, heads, query, key)")
+    if p.ndim != 4:
+        raise ValueError(f"pattern must be (batch, heads, query, key), got {tuple(p.shape)}")
+    a = p[:, :, None]  # (batch, heads, 1, query, key)
+    b = p[:, None, :]  # (batch, 1, heads, query, key)
+    d = js_divergence(a, b).sqrt()  # (batch, heads, heads, query)
+    return d.mean(dim=(0, 3))
+
+
+def classical_mds(distances: Tensor, dim: int = 2) -> Tensor:
+    """Classical (Torgerson) multidimensional scaling: points whose Euclidean distances
+    approximate ``distances``. Double-centre the squared distances, B = -J D^2 J / 2, and
+    scale the top ``dim`` eigenvectors of B by the square roots of their eigenvalues.
+
+    Shapes: (n, n) symmetric -> (n, dim).
+    """
+    if not isinstance(distances, Tensor) or distances.ndim != 2:
+        raise TypeError("distances must be a square (n, n) torch.Tensor")
+    n = distances.shape[0]
+    if distances.shape[1] != n:
+        raise ValueError(f"distances must be square, got {tuple(distances.shape)}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= n:
+        raise ValueError(f"dim={dim!r} must be an int between 1 and n={n}")
+    d2 = distances.double() ** 2
+    J = torch.eye(n, dtype=d2.dtype) - 1.0 / n  # centring matrix (n, n)
+    B = -J @ d2 @ J / 2
+    B = (B + B.T) / 2
+    values, vectors = torch.linalg.eigh(B)  # ascending
+    values, vectors = values.flip(0)[:dim], vectors.flip(1)[:, :dim]
+    # Fix each axis' sign (first nonzero coordinate positive) so the picture is reproducible.
+    signs = torch.sign(vectors[vectors.abs().argmax(0), torch.arange(dim)])
+    return (vectors * signs * values.clamp_min(0).sqrt()).to(distances.dtype)
+
+
+def group_spread(distances: Tensor, group_size: int) -> Tensor:
+    """Mean off-diagonal distance inside consecutive groups of ``group_size`` items, e.g. the
+    heads of each layer in a (layers * heads, layers * heads) distance matrix.
+
+    Shapes: (n, n) with n = groups * group_size -> (groups,).
+    """
+    if not isinstance(distances, Tensor) or distances.ndim != 2:
+        raise TypeError("distances must be a square (n, n) torch.Tensor")
+    n = distances.shape[0]
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size={group_size!r} must be an int >= 2")
+    if n % group_size:
+        raise ValueError(f"n={n} items do not split into groups of group_size={group_size}")
+    g = n // group_size
+    blocks = distances.reshape(g, group_size, g, group_size).diagonal(dim1=0, dim2=2)
+    blocks = blocks.permute(2, 0, 1)  # (groups, group_size, group_size)
+    off = ~torch.eye(group_size, dtype=torch.bool)
+    return blocks[:, off].mean(-1)

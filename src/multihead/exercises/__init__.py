@@ -26,12 +26,19 @@ from multihead.exercises.ch05 import (
     check_positional_share,
     check_subject_head,
 )
+from multihead.exercises.ch09 import (
+    check_classical_mds,
+    check_js_divergence,
+    check_word_level,
+)
 
 __all__ = [
     "check_attention",
     "check_bert_large_extra_params",
+    "check_classical_mds",
     "check_head_confidence",
     "check_invisible_mixing",
+    "check_js_divergence",
     "check_mha_flops",
     "check_mha_parameter_count",
     "check_min_key_size",
@@ -40,5 +47,6 @@ __all__ = [
     "check_realize_rows",
     "check_subject_head",
     "check_talking_heads_flops",
+    "check_word_level",
     "mha_flops",
 ]
