@@ -81,7 +81,8 @@ def offset_profile(pattern: Tensor) -> Tensor:
 
     Entry ``j`` of the last dimension is offset ``j - (n - 1)`` for ``n`` tokens, so the
     middle entry is the token itself and the one before it the previous token. Averaged
-    over batch and over the queries for which that offset exists.
+    over the batch and over the queries for which that offset exists; every row counts, so
+    pass unpadded patterns (padding rows would pull the profile down).
 
     Shapes: (batch, heads, n, n) -> (heads, 2n - 1).
     """
