@@ -11,6 +11,7 @@ from multihead.exercises.ch01 import (
     check_mha_parameter_count,
     mha_flops,
 )
+from multihead.exercises.ch02 import check_swap_heads, check_value_gradient
 from multihead.exercises.ch03 import (
     check_bert_large_extra_params,
     check_min_key_size,
@@ -46,7 +47,9 @@ __all__ = [
     "check_post_mix",
     "check_realize_rows",
     "check_subject_head",
+    "check_swap_heads",
     "check_talking_heads_flops",
+    "check_value_gradient",
     "check_word_level",
     "mha_flops",
 ]
