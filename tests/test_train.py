@@ -89,3 +89,19 @@ def test_bad_input():
         train(_model(), TASK.sample, {"steps": 1})
     with pytest.raises(TypeError, match="sample"):
         train(_model(), None, TrainConfig())
+
+
+def test_on_step_sees_every_step_in_training_mode():
+    seen = []
+    model = _model()
+    train(
+        model,
+        TASK.sample,
+        TrainConfig(steps=5),
+        device=torch.device("cpu"),
+        progress=False,
+        on_step=lambda m, step: seen.append((step, m.training)),
+    )
+    assert seen == [(s, True) for s in range(5)]
+    with pytest.raises(TypeError, match="on_step"):
+        train(model, TASK.sample, TrainConfig(steps=1), progress=False, on_step=3)

@@ -71,12 +71,14 @@ def train(
     device: torch.device | None = None,
     progress: bool = True,
     desc: str = "training",
+    on_step: Callable[[nn.Module, int], None] | None = None,
 ) -> History:
     """Train ``model`` with AdamW on batches from ``sample(batch_size, generator)``.
 
     The generator is seeded from ``cfg.seed``, so the batches (and, on the CPU, the whole
     run) are reproducible. ``evaluate(model)`` runs every ``cfg.eval_every`` steps and at
     the end, in eval mode; its dicts are kept in ``History.evals`` with the step added.
+    ``on_step(model, step)`` runs before each step (0-based), e.g. to set a scheduled rate.
 
     Shapes: as ``sample`` and ``loss_fn`` define.
     """
@@ -86,6 +88,8 @@ def train(
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if not callable(sample):
         raise TypeError("sample must be callable as sample(batch_size, generator)")
+    if on_step is not None and not callable(on_step):
+        raise TypeError("on_step must be callable as on_step(model, step) or None")
     dev = device or default_device()
     model.to(dev)
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -98,6 +102,8 @@ def train(
     bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, mininterval=1.0)
     for step in bar:
         model.train()
+        if on_step is not None:
+            on_step(model, step)
         loss = loss_fn(model, _to(sample(cfg.batch_size, generator), dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
