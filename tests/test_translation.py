@@ -98,6 +98,12 @@ def test_train_translation_model_uses_the_cache(tmp_path, monkeypatch):
     assert second.history.loss == first.history.loss
     for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
         assert torch.equal(a.cpu(), b.cpu())
+    steps = []
+    third = train_translation_model(
+        corpus, on_step=lambda m, s: steps.append(s), on_step_key="count", **kw
+    )
+    assert steps == [0, 1, 2] and len(list(tmp_path.iterdir())) == 2  # its own checkpoint
+    assert len(third.history.loss) == 3
 
 
 def test_train_translation_model_rejects_bad_input():
@@ -107,3 +113,5 @@ def test_train_translation_model_rejects_bad_input():
     small = ModelConfig(10, d_model=16, n_heads=2, n_classes=10)
     with pytest.raises(ValueError, match="vocab_size"):
         train_translation_model(corpus, model_config=small)
+    with pytest.raises(ValueError, match="on_step_key"):
+        train_translation_model(corpus, on_step=lambda m, s: None)

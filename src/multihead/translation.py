@@ -8,6 +8,7 @@ encoder's attention patterns and per-head outputs and ablate heads one at a time
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -189,18 +190,24 @@ def train_translation_model(
     train_config: TrainConfig | None = None,
     name: str = "roles_translation",
     progress: bool = True,
+    on_step: Callable[[nn.Module, int], None] | None = None,
+    on_step_key: object = None,
 ) -> TranslationSetup:
     """Load the trained translation model from the cache, or train it (and cache it).
 
     ``corpus`` defaults to ``translation_corpus()``; the sizes default to
     ``default_configs(corpus)``, which follow the mode. The checkpoint key covers the
     corpus (size, seed, grammar) and both configs, so a changed setting trains afresh.
+    ``on_step(model, step)`` runs before every training step (e.g. a DropHead schedule);
+    ``on_step_key`` must then describe it (it joins the checkpoint key).
 
     Shapes: none.
     """
     corpus = translation_corpus() if corpus is None else corpus
     if not isinstance(corpus, Corpus):
         raise TypeError(f"corpus must be a Corpus (make_corpus), got {type(corpus).__name__}")
+    if on_step is not None and on_step_key is None:
+        raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
     model_default, train_default = default_configs(corpus)
     model_cfg = model_config or model_default
     train_cfg = train_config or train_default
@@ -216,6 +223,8 @@ def train_translation_model(
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
     key = ("translation", sizes, corpus.seed, corpus.config, model_cfg, train_cfg)
+    if on_step_key is not None:
+        key = (*key, on_step_key)
 
     def run() -> History:
         return train(
@@ -225,6 +234,7 @@ def train_translation_model(
             loss_fn=seq2seq_loss,
             progress=progress,
             desc="translation model",
+            on_step=on_step,
         )
 
     history = cached_train(name, model, key, run)

@@ -1,0 +1,104 @@
+import pytest
+import torch
+
+from multihead.attention import MultiHeadAttention
+from multihead.config import ModelConfig
+from multihead.drophead import (
+    drophead_rate,
+    drophead_schedule,
+    gate_moments,
+    head_outputs,
+    injected_variance,
+    set_drophead,
+)
+from multihead.model import EncoderModel, attention_modules
+
+
+def _gates(h, p, n=40000):
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(8 * h, h, drophead=p)
+    return attn._drophead_gate(n, torch.device("cpu"), torch.float64)  # (n, heads)
+
+
+@pytest.mark.parametrize("h,p", [(4, 0.3), (2, 0.5), (8, 0.1)])
+def test_monte_carlo_matches_exact_moments(h, p):
+    g = _gates(h, p)
+    m = gate_moments(h, p)
+    assert torch.allclose(g.sum(1), torch.full((len(g),), float(h), dtype=g.dtype))
+    assert abs(g.mean().item() - 1) < 0.03
+    assert abs(g.var(0).mean().item() - m["variance"]) < 0.05 * max(m["variance"], 0.1)
+    cov = torch.cov(g.T)[0, 1].item()
+    assert abs(cov - m["covariance"]) < 0.05 * max(abs(m["covariance"]), 0.1)
+
+
+def test_exact_moments_hand_values():
+    # h = 1: the single head is always kept with factor 1.
+    assert gate_moments(1, 0.5)["variance"] == pytest.approx(0.0)
+    # h = 2, p = 0.5: K = 0 (1/4, rescued to K = 1), 1 (1/2), 2 (1/4) -> E[1/max(K,1)] = 7/8.
+    assert gate_moments(2, 0.5)["variance"] == pytest.approx(2 * 7 / 8 - 1)
+    assert gate_moments(4, 0.0)["variance"] == pytest.approx(0.0)
+    assert gate_moments(4, 0.3)["dropout_variance"] == pytest.approx(0.3 / 0.7)
+
+
+def test_injected_variance_is_the_variance_of_the_gated_sum():
+    torch.manual_seed(1)
+    h, p = 4, 0.3
+    o = torch.randn(1, h, 1, 5, dtype=torch.float64)
+    g = _gates(h, p)  # (n, heads)
+    gated = torch.einsum("nh,hd->nd", g, o[0, :, 0])
+    mc = (gated - o[0, :, 0].sum(0)).pow(2).sum(1).mean()
+    exact = injected_variance(o, p)[0, 0]
+    assert abs(mc.item() - exact.item()) < 0.05 * exact.item()
+    same = o[:, :1].expand(1, h, 1, 5)
+    assert injected_variance(same, p).abs().max() < 1e-12
+
+
+def test_head_outputs_sum_to_the_layer_output():
+    torch.manual_seed(2)
+    attn = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    from multihead.attention import run_with_cache
+
+    out, cache = run_with_cache(attn, x)
+    parts = head_outputs(attn, cache["z"])
+    assert parts.shape == (2, 4, 5, 16)
+    assert torch.allclose(parts.sum(1) + attn.b_O, out, atol=1e-5)
+    with pytest.raises(ValueError, match="z must have shape"):
+        head_outputs(attn, torch.zeros(2, 3, 5, 4))
+
+
+def test_rates_and_schedules():
+    assert drophead_rate(5, 10, 0.2) == 0.2
+    assert drophead_rate(0, 11, 0.2, "v", turn=5) == pytest.approx(0.2)
+    assert drophead_rate(5, 11, 0.2, "v", turn=5) == pytest.approx(0.0)
+    assert drophead_rate(10, 11, 0.2, "v", turn=5) == pytest.approx(0.2)
+    assert drophead_rate(3, 11, 0.2, "v", turn=5) == pytest.approx(0.2 * 2 / 5)
+    model = EncoderModel(ModelConfig(vocab_size=5, d_model=16, n_heads=4, n_layers=2))
+    set_drophead(model, 0.25)
+    assert all(a.drophead == 0.25 for _, a in attention_modules(model))
+    cb = drophead_schedule(0.3, 11, "v", turn=5)
+    cb(model, 5)
+    assert all(a.drophead == 0.0 for _, a in attention_modules(model))
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="schedule"):
+        drophead_rate(0, 10, 0.1, "cosine")
+    with pytest.raises(ValueError, match="p="):
+        drophead_rate(0, 10, 1.0)
+    with pytest.raises(ValueError, match="turn"):
+        drophead_rate(0, 10, 0.1, "v", turn=10)
+    with pytest.raises(ValueError, match="step"):
+        drophead_rate(-1, 10, 0.1)
+    with pytest.raises(ValueError, match="p="):
+        gate_moments(4, -0.1)
+    with pytest.raises(TypeError, match="n_heads"):
+        gate_moments(4.0, 0.1)
+    with pytest.raises(ValueError, match="p="):
+        set_drophead(EncoderModel(ModelConfig(vocab_size=5, d_model=16)), 1.5)
+    with pytest.raises(ValueError, match="model"):
+        set_drophead("model", 0.1)
+    with pytest.raises(ValueError, match="at least 2 heads"):
+        injected_variance(torch.zeros(1, 1, 2, 3), 0.1)
+    with pytest.raises(ValueError, match="p="):
+        drophead_schedule(1.2, 10)
