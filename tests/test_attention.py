@@ -128,7 +128,7 @@ def test_drophead_is_off_in_eval_and_unbiased_in_training():
     assert torch.allclose(layer(x), plain(x), atol=1e-6)  # no-op at eval: equals plain attention
     layer.train()
     torch.manual_seed(1)
-    gates = torch.stack([layer._drophead_gate(4, x.device, x.dtype) for _ in range(2000)])
+    gates = torch.stack([layer.drophead_gate(4, x.device, x.dtype) for _ in range(2000)])
     assert (gates.sum(-1) == layer.n_heads).all()  # rescaled so the heads' total weight is kept
     assert ((gates > 0).sum(-1) >= 1).all()  # never drops every head of an example
     assert torch.allclose(gates.mean(0), torch.ones(4, 4), atol=0.1)  # each head kept on average

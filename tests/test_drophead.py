@@ -17,7 +17,7 @@ from multihead.model import EncoderModel, attention_modules
 def _gates(h, p, n=40000):
     torch.manual_seed(0)
     attn = MultiHeadAttention(8 * h, h, drophead=p)
-    return attn._drophead_gate(n, torch.device("cpu"), torch.float64)  # (n, heads)
+    return attn.drophead_gate(n, torch.device("cpu"), torch.float64)  # (n, heads)
 
 
 @pytest.mark.parametrize("h,p", [(4, 0.3), (2, 0.5), (8, 0.1)])

@@ -193,14 +193,26 @@ class MultiHeadAttention(nn.Module):
             outs.append(part.reshape(batch, seq, h, d_head).transpose(1, 2))  # (b, h, s, d_head)
         return outs
 
-    def _drophead_gate(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """DropHead's per-example, per-head multiplier: 0 for a dropped head, and the kept
-        heads rescaled by ``n_heads / n_kept``. Shapes: -> (batch, heads)."""
-        keep = torch.rand(batch, self.n_heads, device=device) >= self.drophead
+    def drophead_gate(
+        self,
+        batch: int,
+        device: torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """DropHead's per-example, per-head multiplier at rate ``self.drophead``: 0 for a
+        dropped head, and the kept heads rescaled by ``n_heads / n_kept``; if every head of an
+        example was dropped, one of them (at random) is kept with factor ``n_heads``.
+
+        Shapes: -> (batch, heads).
+        """
+        check_positive_int("batch", batch)
+        keep = torch.rand(batch, self.n_heads, generator=generator, device=device) >= self.drophead
         # Never drop every head of an example: keep one at random instead.
         empty = ~keep.any(dim=1)
         if empty.any():
-            rescue = torch.randint(self.n_heads, (int(empty.sum()),), device=device)
+            n_empty = int(empty.sum())
+            rescue = torch.randint(self.n_heads, (n_empty,), generator=generator, device=device)
             keep[empty.nonzero().squeeze(1), rescue] = True
         scale = self.n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
         return keep.to(dtype) * scale
@@ -263,7 +275,7 @@ class MultiHeadAttention(nn.Module):
     def _output(self, z: Tensor, batch: int, q_len: int) -> Tensor:
         """DropHead (training), the head mask, and the output projection W_O."""
         if self.training and self.drophead > 0:
-            z = z * self._drophead_gate(batch, z.device, z.dtype)[:, :, None, None]
+            z = z * self.drophead_gate(batch, z.device, z.dtype)[:, :, None, None]
         # The head mask scales each head's block of W_O: a masked head writes nothing, and
         # the mask costs a (heads, d_value, d_model) product, not a pass over z.
         W_O = self.W_O * self.head_mask.to(z.dtype)[:, None, None]  # (heads, d_value, d_model)
