@@ -102,3 +102,12 @@ def test_bad_input():
         injected_variance(torch.zeros(1, 1, 2, 3), 0.1)
     with pytest.raises(ValueError, match="p="):
         drophead_schedule(1.2, 10)
+
+
+def test_drophead_gate_generator_and_bad_batch():
+    attn = MultiHeadAttention(16, 4, drophead=0.4)
+    a = attn.drophead_gate(50, generator=torch.Generator().manual_seed(5))
+    b = attn.drophead_gate(50, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a, b) and a.shape == (50, 4)
+    with pytest.raises(ValueError, match="batch"):
+        attn.drophead_gate(0)
