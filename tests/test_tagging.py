@@ -49,7 +49,9 @@ def test_train_tagger_learns_and_caches(corpus, tmp_path, monkeypatch):
     model = train_tagger(corpus, train_data, cfg, tcfg, name="t")
     assert tagger_accuracy(model, valid) > before + 0.2
     again = train_tagger(corpus, train_data, cfg, tcfg, name="t")  # from the cache
-    assert all(torch.equal(x, y) for x, y in zip(model.parameters(), again.parameters()))
+    assert all(
+        torch.equal(x, y) for x, y in zip(model.parameters(), again.parameters(), strict=True)
+    )
 
 
 def test_tagger_bad_input(corpus):
