@@ -53,6 +53,16 @@ def test_query_mask_ignores_padding_rows():
     assert all_rows == pytest.approx(2 / 3 * math.sqrt(LOG2))
 
 
+def test_tiny_weights_do_not_overflow():
+    # A float32 denormal halves to 0 in (p + q) / 2; the distance must stay finite.
+    p = torch.zeros(1, 2, 1, 3)
+    p[0, 0, 0] = torch.tensor([1.0, 1e-45, 0.0])
+    p[0, 1, 0] = torch.tensor([0.0, 0.0, 1.0])
+    d = pairwise_head_distances(p)
+    assert torch.isfinite(d).all()
+    assert d[0, 1].item() == pytest.approx(math.sqrt(LOG2), rel=1e-6)
+
+
 def test_identical_heads_give_zero_spread():
     row = random_rows(4, 1, 6, 6)  # (batch, 1, q, k)
     pattern = torch.stack([row.expand(4, 3, 6, 6), random_rows(4, 3, 6, 6, seed=5)])  # 2 layers

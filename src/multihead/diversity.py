@@ -56,15 +56,18 @@ def pairwise_head_distances(
     batch, heads, queries, _ = p.shape
     if query_mask is None:
         query_mask = torch.ones(batch, queries, dtype=torch.bool)
-    w = _check_query_mask(query_mask, batch, queries).to(device=p.device, dtype=p.dtype)
-    out = p.new_zeros(heads, heads)
+    w = _check_query_mask(query_mask, batch, queries).to(device=p.device, dtype=torch.float64)
+    # In float32 a tiny weight (a denormal such as 1e-45, common in sharp heads) halves to 0
+    # in m = (p + q) / 2, and p log(p / m) becomes infinite; float64 has room to spare.
+    p64 = p.double()
+    out = p64.new_zeros(heads, heads)
     for i in range(heads):  # one row at a time keeps memory at (batch, heads, query, key)
-        d = js_divergence(p[:, i : i + 1], p)  # (batch, heads, query)
+        d = js_divergence(p64[:, i : i + 1], p64)  # (batch, heads, query)
         if not divergence:
             d = d.sqrt()
         out[i] = (d * w[:, None, :]).sum(dim=(0, 2)) / w.sum()
     out.fill_diagonal_(0.0)
-    return (out + out.T) / 2  # exact symmetry despite rounding
+    return ((out + out.T) / 2).to(p.dtype)  # exact symmetry despite rounding
 
 
 def _check_layered(pattern: object) -> Tensor:
