@@ -27,6 +27,11 @@ from multihead.exercises.ch05 import (
     check_positional_share,
     check_subject_head,
 )
+from multihead.exercises.ch06 import (
+    check_distinctness,
+    check_layer_spread,
+    check_logit_gap_bound,
+)
 from multihead.exercises.ch08 import (
     check_drophead_rescale,
     check_gate_variance,
@@ -42,11 +47,14 @@ __all__ = [
     "check_attention",
     "check_bert_large_extra_params",
     "check_classical_mds",
+    "check_distinctness",
     "check_drophead_rescale",
     "check_gate_variance",
     "check_head_confidence",
     "check_invisible_mixing",
     "check_js_divergence",
+    "check_layer_spread",
+    "check_logit_gap_bound",
     "check_mha_flops",
     "check_mha_parameter_count",
     "check_min_key_size",

@@ -1,0 +1,168 @@
+"""A cheap relative of the translation model for sweeps: an encoder that tags every source
+word of the translation corpus with its dependency relation.
+
+Which relation a noun has (subject, object or object of a preposition) is exactly what the
+translation needs to choose the case particle, and it is not visible in the noun itself, so
+the encoder's heads must look at the context. An encoder-only tagger trains several times
+faster than the encoder-decoder, which lets the head-diversity chapter train one model per
+setting (number of heads, depth, seed, init scheme). Each trained tagger is cached with
+``multihead.train.cached_train``; ``build_tagger`` rebuilds the exact untrained start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from multihead.attention import run_with_cache
+from multihead.config import ModelConfig, TrainConfig
+from multihead.corpus import RELATIONS, Corpus, Sentence
+from multihead.model import EncoderModel
+from multihead.roles import Gold
+from multihead.tasks import IGNORE
+from multihead.train import cached_train, train
+from multihead.translation import PAD_ID, encode
+
+
+@dataclass(frozen=True)
+class TaggingData:
+    """Source token ids and relation labels (``IGNORE`` at padding).
+
+    Shapes: src (n, seq), labels (n, seq).
+    """
+
+    src: Tensor
+    labels: Tensor
+
+    @property
+    def query_mask(self) -> Tensor:
+        """True at real tokens. Shapes: (n, seq)."""
+        return self.src != PAD_ID
+
+
+def tagging_data(corpus: Corpus, sentences: tuple[Sentence, ...] | list[Sentence]) -> TaggingData:
+    """Encode ``sentences`` for the relation tagger.
+
+    Shapes: n sentences -> TaggingData(src (n, max_len), labels (n, max_len)).
+    """
+    enc = encode(corpus, sentences)  # checks corpus and sentences
+    gold = Gold.from_sentences(sentences, enc.src.shape[1])
+    labels = gold.rels.masked_fill(gold.rels < 0, IGNORE)  # (n, seq)
+    return TaggingData(enc.src, labels)
+
+
+def tagger_config(corpus: Corpus, **sizes: object) -> ModelConfig:
+    """A ``ModelConfig`` whose vocabulary and classes fit the corpus; ``sizes`` set the rest.
+
+    Shapes: none.
+    """
+    if not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a Corpus, got {type(corpus).__name__}")
+    sizes.setdefault("max_len", 32)
+    return ModelConfig(vocab_size=len(corpus.src_vocab), n_classes=len(RELATIONS), **sizes)
+
+
+def build_tagger(cfg: ModelConfig, seed: int) -> EncoderModel:
+    """The untrained tagger: seeding torch with ``seed`` first makes the init reproducible,
+    so this is exactly the start from which ``train_tagger`` trains with the same seed.
+
+    Shapes: none.
+    """
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    torch.manual_seed(seed)
+    return EncoderModel(cfg)
+
+
+def _sampler(data: TaggingData):
+    def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(len(data.src), (batch_size,), generator=generator)
+        src, labels = data.src[idx], data.labels[idx]  # (batch, seq)
+        n = int((src != PAD_ID).sum(1).max())  # drop all-padding columns
+        return src[:, :n], labels[:, :n]
+
+    return sample
+
+
+def tagging_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Cross-entropy of the relation of every real token.
+
+    Shapes: batch = (src (batch, seq), labels (batch, seq)) -> scalar.
+    """
+    src, labels = batch
+    logits = model(src, key_padding_mask=src == PAD_ID)  # (batch, seq, relations)
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+
+
+def train_tagger(
+    corpus: Corpus,
+    train_data: TaggingData,
+    cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    *,
+    name: str = "relation_tagger",
+    progress: bool = False,
+) -> EncoderModel:
+    """Train a tagger from ``build_tagger(cfg, train_cfg.seed)`` (or load it from the cache).
+
+    Shapes: none.
+    """
+    if not isinstance(train_data, TaggingData):
+        raise TypeError(f"train_data must be TaggingData, got {type(train_data).__name__}")
+    if not isinstance(train_cfg, TrainConfig):
+        raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
+    model = build_tagger(cfg, train_cfg.seed)
+    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
+    key = ("relation_tagger", sizes, corpus.seed, corpus.config, tuple(train_data.src.shape))
+    key += (cfg, train_cfg)
+
+    def run():
+        return train(
+            model,
+            _sampler(train_data),
+            train_cfg,
+            loss_fn=tagging_loss,
+            progress=progress,
+            desc=f"tagger {cfg.n_layers}x{cfg.n_heads} {cfg.init}",
+        )
+
+    cached_train(name, model, key, run)
+    return model.eval()
+
+
+@torch.no_grad()
+def tagger_accuracy(model: EncoderModel, data: TaggingData) -> float:
+    """Fraction of real tokens whose relation the tagger gets right.
+
+    Shapes: none.
+    """
+    model.eval()
+    dev = next(model.parameters()).device
+    src, labels = data.src.to(dev), data.labels.to(dev)
+    pred = model(src, key_padding_mask=src == PAD_ID).argmax(-1)  # (n, seq)
+    keep = labels != IGNORE
+    return (pred[keep] == labels[keep]).float().mean().item()
+
+
+@torch.no_grad()
+def tagger_patterns(model: EncoderModel, src: Tensor) -> Tensor:
+    """Every encoder head's attention pattern on ``src``.
+
+    Shapes: src (batch, seq) -> (layers, batch, heads, seq, seq).
+    """
+    if not isinstance(model, EncoderModel):
+        raise TypeError(f"model must be an EncoderModel, got {type(model).__name__}")
+    model.eval()
+    dev = next(model.parameters()).device
+    src = src.to(dev)
+    _, cache = run_with_cache(
+        model.encoder,
+        src,
+        key_padding_mask=src == PAD_ID,
+        names_filter=lambda name: name.endswith("attn.pattern"),
+    )
+    n = len(model.encoder.layers)
+    return torch.stack([cache[f"layers.{i}.attn.pattern"] for i in range(n)]).cpu()
