@@ -61,3 +61,13 @@ def test_group_spread():
         group_spread(d, 3)
     with pytest.raises(ValueError, match="group_size"):
         group_spread(d, 1)
+
+
+def test_js_divergence_is_finite_for_float32_denormals():
+    tiny = torch.tensor(1e-45, dtype=torch.float32)  # halving it underflows to 0 in float32
+    p = torch.stack([1 - tiny, tiny])
+    q = torch.tensor([1.0, 0.0])
+    js = js_divergence(p, q)
+    assert js.dtype == torch.float32 and torch.isfinite(js) and js < 1e-6
+    d = head_distance_matrix(torch.stack([p, q])[None, :, None, :])  # (1, heads=2, 1, 2)
+    assert torch.isfinite(d).all()

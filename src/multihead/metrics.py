@@ -161,11 +161,14 @@ def js_divergence(p: Tensor, q: Tensor) -> Tensor:
     q = check_pattern("q", q, 1, "(..., n)")
     if p.shape[-1] != q.shape[-1]:
         raise ValueError(f"p has {p.shape[-1]} outcomes but q has {q.shape[-1]}; they must match")
+    dtype = torch.promote_types(p.dtype, q.dtype)
+    # In float64: halving a float32 denormal (a sharp head's 1e-45) would give m = 0 < p.
+    p, q = p.double(), q.double()
     m = (p + q) / 2
     # xlogy(p, p/m) is 0 where p == 0; where p > 0, m > 0 as well.
     kl_pm = torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p, m).sum(-1)
     kl_qm = torch.special.xlogy(q, q).sum(-1) - torch.special.xlogy(q, m).sum(-1)
-    return ((kl_pm + kl_qm) / 2).clamp_min(0.0)
+    return ((kl_pm + kl_qm) / 2).clamp_min(0.0).to(dtype)
 
 
 def head_distance_matrix(pattern: Tensor) -> Tensor:
