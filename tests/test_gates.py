@@ -126,3 +126,39 @@ def test_bad_inputs():
         attach_gates(_model(), ["encoder.layers.7.attn"])
     with pytest.raises(TypeError, match="model"):
         attach_gates("not a model")
+
+
+def _sample_and_loss():
+    src, tgt = _inputs()
+
+    def sample(batch_size, generator):
+        idx = torch.randint(len(src), (batch_size,), generator=generator)
+        return src[idx], tgt[idx]
+
+    def loss_fn(model, batch):
+        s, t = batch
+        logits = model(s, t[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), t[:, 1:].flatten())
+
+    return sample, loss_fn
+
+
+def test_fine_tune_with_gates_penalty_closes_heads_and_cleans_up():
+    from multihead.gates import fine_tune_with_gates
+
+    sample, loss_fn = _sample_and_loss()
+    model = _model()
+    weak = fine_tune_with_gates(model, sample, loss_fn, lam=0.0, steps=5, progress=False)
+    assert len(weak.task_loss) == len(weak.expected_heads) == 5
+    assert all(bool((m == 1).all()) for m in weak.masks.values())
+    strong = fine_tune_with_gates(
+        _model(), sample, loss_fn, lam=10.0, steps=80, gate_lr=0.2, progress=False
+    )
+    assert sum(float(m.sum()) for m in strong.masks.values()) < 24
+    assert strong.expected_heads[-1] < strong.expected_heads[0]
+    for _, m in attention_modules(model):  # hooks gone, plain masks back
+        assert not m._forward_pre_hooks and not m.head_mask.requires_grad
+    with pytest.raises(ValueError, match="lam"):
+        fine_tune_with_gates(_model(), sample, loss_fn, lam=-1.0, steps=1)
+    with pytest.raises(ValueError, match="steps"):
+        fine_tune_with_gates(_model(), sample, loss_fn, lam=0.1, steps=0)

@@ -13,6 +13,7 @@ from multihead.pruning import (
     head_confidences,
     head_importance,
     iterative_pruning,
+    keep_one_head,
     prune_model,
 )
 from multihead.translation import Encoded, teacher_forced
@@ -199,3 +200,14 @@ def test_bad_inputs():
         prune_model(model, {"encoder.layers.9.attn": torch.ones(4)})
     with pytest.raises(ValueError, match="only 0"):
         prune_model(model, {"encoder.layers.0.attn": torch.tensor([1.0, 0.5, 1.0, 1.0])})
+
+
+def test_keep_one_head():
+    masks = {"a": torch.zeros(3), "b": torch.tensor([0.0, 1.0, 0.0])}
+    scores = {"a": torch.tensor([0.1, 0.5, -1.0]), "b": torch.tensor([9.0, 0.0, 0.0])}
+    out = keep_one_head(masks, scores)
+    assert out["a"].tolist() == [0.0, 1.0, 0.0]
+    assert out["b"].tolist() == [0.0, 1.0, 0.0]
+    assert masks["a"].sum() == 0  # not modified in place
+    with pytest.raises(ValueError, match="scores"):
+        keep_one_head(masks, {"a": torch.zeros(2)})

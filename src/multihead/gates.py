@@ -18,9 +18,12 @@ code changes, and ``HeadGates.remove`` puts the old masks back.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from multihead._checks import check_positive_int
 from multihead.attention import MultiHeadAttention
@@ -227,3 +230,77 @@ def attach_gates(model: nn.Module, names: list[str] | None = None, **gate_kwargs
     Shapes: none.
     """
     return HeadGates(model, names, **gate_kwargs)
+
+
+@dataclass
+class GatedRun:
+    """What ``fine_tune_with_gates`` returns: the test-time masks (1 = kept) and, per step,
+    the task loss and the expected number of open heads.
+
+    Shapes: masks {path: (heads,)}; task_loss and expected_heads lists of length steps.
+    """
+
+    masks: dict[str, Tensor]
+    task_loss: list[float] = field(default_factory=list)
+    expected_heads: list[float] = field(default_factory=list)
+    log_alpha: dict[str, Tensor] = field(default_factory=dict)
+
+
+def fine_tune_with_gates(
+    model: nn.Module,
+    sample: Callable[[int, torch.Generator], tuple[Tensor, ...]],
+    loss_fn: Callable[[nn.Module, tuple[Tensor, ...]], Tensor],
+    *,
+    lam: float,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    gate_lr: float = 0.05,
+    seed: int = 0,
+    progress: bool = True,
+    **gate_kwargs: float,
+) -> GatedRun:
+    """Fine-tune ``model`` in place with a gate on every head and the loss
+    ``loss_fn(model, batch) + lam * expected_l0``, as Voita et al. do from a converged model.
+
+    Model weights (Adam, ``lr``) and gates (Adam, ``gate_lr``) train together; the gates are
+    removed at the end and their test-time values returned as masks (apply them with
+    ``ablation.head_masks`` or ``pruning.prune_model``).
+
+    Shapes: sample(batch_size, generator) -> batch; -> GatedRun.
+    """
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0:
+        raise ValueError(f"lam={lam!r} must be a number >= 0 (the weight of the L0 penalty)")
+    check_positive_int("steps", steps)
+    check_positive_int("batch_size", batch_size)
+    gates = attach_gates(model, **gate_kwargs)
+    dev = next(model.parameters()).device
+    opt = torch.optim.Adam(
+        [
+            {"params": list(model.parameters()), "lr": lr},
+            {"params": gates.parameters(), "lr": gate_lr},
+        ]
+    )
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)  # the gates' noise
+    run = GatedRun(masks={})
+    try:
+        model.train()
+        for _ in tqdm(
+            range(steps), desc=f"gates, lambda={lam:g}", disable=not progress, mininterval=1.0
+        ):
+            batch = tuple(t.to(dev) for t in sample(batch_size, generator))
+            task = loss_fn(model, batch)
+            l0 = gates.expected_l0()
+            loss = task + lam * l0
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            run.task_loss.append(task.item())
+            run.expected_heads.append(l0.item())
+    finally:
+        model.eval()
+        run.masks = gates.masks()
+        run.log_alpha = {n: gates.gate(n).log_alpha.detach().cpu().clone() for n in gates.names}
+        gates.remove()
+    return run

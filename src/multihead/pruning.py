@@ -312,3 +312,19 @@ def count_heads(masks: Masks) -> dict[str, int]:
             raise ValueError(f"masks has key {name!r}, not an encoder-decoder attention path")
         out[kind] += int((mask != 0).sum())
     return out
+
+
+def keep_one_head(masks: Masks, scores: dict[str, Tensor]) -> Masks:
+    """A copy of ``masks`` in which a module with every head removed gets back its
+    highest-scoring head (so that ``prune_model`` can slice it); other modules are unchanged.
+
+    Shapes: masks and scores {path: (heads,)} -> {path: (heads,)}.
+    """
+    out = {}
+    for name, mask in masks.items():
+        if name not in scores or scores[name].shape != mask.shape:
+            raise ValueError(f"scores must hold a tensor shaped like masks[{name!r}]")
+        out[name] = mask.clone()
+        if not bool((mask != 0).any()):
+            out[name][int(scores[name].argmax())] = 1.0
+    return out
