@@ -27,6 +27,11 @@ from multihead.exercises.ch05 import (
     check_positional_share,
     check_subject_head,
 )
+from multihead.exercises.ch07 import (
+    check_expected_l0,
+    check_hard_concrete,
+    check_taylor_importance,
+)
 from multihead.exercises.ch09 import (
     check_classical_mds,
     check_js_divergence,
@@ -37,6 +42,8 @@ __all__ = [
     "check_attention",
     "check_bert_large_extra_params",
     "check_classical_mds",
+    "check_expected_l0",
+    "check_hard_concrete",
     "check_head_confidence",
     "check_invisible_mixing",
     "check_js_divergence",
@@ -49,6 +56,7 @@ __all__ = [
     "check_subject_head",
     "check_swap_heads",
     "check_talking_heads_flops",
+    "check_taylor_importance",
     "check_value_gradient",
     "check_word_level",
     "mha_flops",
