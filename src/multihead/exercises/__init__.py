@@ -32,6 +32,11 @@ from multihead.exercises.ch06 import (
     check_layer_spread,
     check_logit_gap_bound,
 )
+from multihead.exercises.ch07 import (
+    check_expected_l0,
+    check_hard_concrete,
+    check_taylor_importance,
+)
 from multihead.exercises.ch08 import (
     check_drophead_rescale,
     check_gate_variance,
@@ -49,7 +54,9 @@ __all__ = [
     "check_classical_mds",
     "check_distinctness",
     "check_drophead_rescale",
+    "check_expected_l0",
     "check_gate_variance",
+    "check_hard_concrete",
     "check_head_confidence",
     "check_invisible_mixing",
     "check_js_divergence",
@@ -64,6 +71,7 @@ __all__ = [
     "check_subject_head",
     "check_swap_heads",
     "check_talking_heads_flops",
+    "check_taylor_importance",
     "check_v_schedule",
     "check_value_gradient",
     "check_word_level",

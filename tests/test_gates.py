@@ -1,0 +1,164 @@
+import math
+
+import pytest
+import torch
+
+from multihead.config import ModelConfig
+from multihead.gates import (
+    HardConcreteGate,
+    attach_gates,
+    deterministic_gate,
+    expected_l0,
+    hard_concrete,
+    prob_one,
+    prob_zero,
+)
+from multihead.model import EncoderDecoder, attention_modules
+
+
+def _model() -> EncoderDecoder:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=9, n_classes=10, d_model=16, n_heads=4, n_layers=2, n_decoder_layers=2,
+        max_len=12,
+    )  # fmt: skip
+    return EncoderDecoder(cfg).eval()
+
+
+def _inputs():
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(1, 9, (3, 6), generator=gen)
+    tgt = torch.randint(1, 10, (3, 5), generator=gen)
+    return src, tgt
+
+
+def test_monte_carlo_matches_closed_forms():
+    log_alpha = torch.tensor([-3.0, -1.0, 0.0, 0.7, 2.5])
+    gen = torch.Generator().manual_seed(0)
+    u = torch.rand(200_000, 5, generator=gen)
+    g = hard_concrete(log_alpha, u)  # (samples, gates)
+    assert g.min() >= 0 and g.max() <= 1
+    p0, p1 = (g == 0).float().mean(0), (g == 1).float().mean(0)
+    assert torch.allclose(p0, prob_zero(log_alpha), atol=4e-3)
+    assert torch.allclose(p1, prob_one(log_alpha), atol=4e-3)
+    assert abs((g > 0).float().mean(0).sum() - expected_l0(log_alpha)) < 1e-2
+
+
+def test_closed_form_values():
+    # beta log(-gamma/zeta) = (2/3) log(1/11)
+    c = (2 / 3) * math.log(1 / 11)
+    assert prob_zero(torch.tensor(0.0)).item() == pytest.approx(1 / (1 + math.exp(-c)))
+    assert expected_l0(torch.zeros(3)).item() == pytest.approx(3 / (1 + math.exp(c)))
+    # symmetric stretch: P(g = 1) at log_alpha equals P(g = 0) at -log_alpha
+    la = torch.linspace(-4, 4, 9)
+    assert torch.allclose(prob_one(la), prob_zero(-la))
+
+
+def test_gradient_flows_to_log_alpha():
+    la = torch.zeros(4, requires_grad=True)
+    u = torch.full((4,), 0.5)
+    hard_concrete(la, u).sum().backward()
+    assert (la.grad > 0).all()  # at u = 0.5 the sample is inside (0, 1)
+    la2 = torch.zeros(3, requires_grad=True)
+    expected_l0(la2).backward()
+    assert (la2.grad > 0).all()
+
+
+def test_eval_gates_are_exactly_zero_or_one():
+    gate = HardConcreteGate(6)
+    with torch.no_grad():
+        gate.log_alpha.copy_(torch.tensor([-2.0, -0.1, 0.0, 0.1, 1.0, 5.0]))
+    gate.eval()
+    g = gate()
+    assert set(g.tolist()) <= {0.0, 1.0}
+    assert g.tolist() == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    assert torch.equal(g, deterministic_gate(gate.log_alpha.detach()))
+    gate.train()
+    s = gate()
+    assert s.shape == (6,) and s.requires_grad
+
+
+def test_gates_start_open_and_equal_ungated_model():
+    model = _model()
+    src, tgt = _inputs()
+    ref = model(src, tgt)
+    gates = attach_gates(model)
+    assert len(gates.gates) == len(attention_modules(model))
+    assert torch.allclose(model(src, tgt), ref, atol=1e-6)  # eval: gates are 1
+    assert all(bool((m == 1).all()) for m in gates.masks().values())
+    assert gates.expected_l0().item() > 0.98 * 24
+    model.train()
+    out = model(src, tgt)  # sampled gates: differentiable in log_alpha
+    out.sum().backward()
+    assert all(g.log_alpha.grad is not None for g in gates.gates.values())
+    gates.remove()
+    model.eval()
+    assert torch.equal(model(src, tgt), ref)
+    assert all(not m.head_mask.requires_grad for _, m in attention_modules(model))
+
+
+def test_closed_gate_silences_its_head():
+    model = _model()
+    src, tgt = _inputs()
+    name = "decoder.layers.1.cross_attn"
+    gates = attach_gates(model, [name])
+    with torch.no_grad():
+        gates.gate(name).log_alpha[2] = -3.0
+    gated = model(src, tgt)
+    assert gates.masks()[name].tolist() == [1.0, 1.0, 0.0, 1.0]
+    gates.remove()
+    dict(attention_modules(model))[name].mask_heads([2])
+    assert torch.allclose(model(src, tgt), gated, atol=1e-6)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="beta"):
+        HardConcreteGate(3, beta=0.0)
+    with pytest.raises(ValueError, match="gamma"):
+        HardConcreteGate(3, gamma=0.0)
+    with pytest.raises(ValueError, match="zeta"):
+        HardConcreteGate(3, zeta=1.0)
+    with pytest.raises(ValueError, match="beta"):
+        prob_zero(torch.zeros(2), beta=-1.0)
+    with pytest.raises(ValueError, match="n_gates"):
+        HardConcreteGate(0)
+    with pytest.raises(ValueError, match="names"):
+        attach_gates(_model(), ["encoder.layers.7.attn"])
+    with pytest.raises(TypeError, match="model"):
+        attach_gates("not a model")
+
+
+def _sample_and_loss():
+    src, tgt = _inputs()
+
+    def sample(batch_size, generator):
+        idx = torch.randint(len(src), (batch_size,), generator=generator)
+        return src[idx], tgt[idx]
+
+    def loss_fn(model, batch):
+        s, t = batch
+        logits = model(s, t[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), t[:, 1:].flatten())
+
+    return sample, loss_fn
+
+
+def test_fine_tune_with_gates_penalty_closes_heads_and_cleans_up():
+    from multihead.gates import fine_tune_with_gates
+
+    sample, loss_fn = _sample_and_loss()
+    model = _model()
+    weak = fine_tune_with_gates(model, sample, loss_fn, lam=0.0, steps=5, progress=False)
+    assert len(weak.task_loss) == len(weak.expected_heads) == 5
+    assert all(bool((m == 1).all()) for m in weak.masks.values())
+    strong = fine_tune_with_gates(
+        _model(), sample, loss_fn, lam=10.0, steps=80, gate_lr=0.2, progress=False
+    )
+    assert sum(float(m.sum()) for m in strong.masks.values()) < 24
+    assert strong.expected_heads[-1] < strong.expected_heads[0]
+    for _, m in attention_modules(model):  # hooks gone, plain masks back
+        assert not m._forward_pre_hooks and not m.head_mask.requires_grad
+    with pytest.raises(ValueError, match="lam"):
+        fine_tune_with_gates(_model(), sample, loss_fn, lam=-1.0, steps=1)
+    with pytest.raises(ValueError, match="steps"):
+        fine_tune_with_gates(_model(), sample, loss_fn, lam=0.1, steps=0)

@@ -1,0 +1,213 @@
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from multihead.ablation import full_masks, head_masks
+from multihead.config import ModelConfig
+from multihead.model import EncoderDecoder, attention_modules, count_parameters
+from multihead.pruning import (
+    PruningCurve,
+    count_heads,
+    head_confidences,
+    head_importance,
+    iterative_pruning,
+    keep_one_head,
+    prune_model,
+)
+from multihead.translation import Encoded, teacher_forced
+
+PATHS = [
+    "encoder.layers.0.attn",
+    "encoder.layers.1.attn",
+    "decoder.layers.0.attn",
+    "decoder.layers.0.cross_attn",
+    "decoder.layers.1.attn",
+    "decoder.layers.1.cross_attn",
+]
+
+
+def _model(seed: int = 0) -> EncoderDecoder:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        vocab_size=9, n_classes=10, d_model=16, n_heads=4, n_layers=2, n_decoder_layers=2,
+        max_len=12,
+    )  # fmt: skip
+    return EncoderDecoder(cfg).eval()
+
+
+def _data(n: int = 12, seed: int = 0) -> Encoded:
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(2, 9, (n, 7), generator=gen)
+    tgt = torch.randint(2, 10, (n, 8), generator=gen)
+    tgt[:, 0] = 1  # <s>
+    for i in range(n):  # uneven lengths, padded with 0
+        src[i, 4 + i % 4 :] = 0
+        tgt[i, 5 + i % 3 :] = 0
+    return Encoded(src, tgt)
+
+
+def test_importance_shapes_normalisation_and_model_unchanged():
+    model, data = _model(), _data()
+    before = copy.deepcopy(model.state_dict())
+    model.train()
+    imp = head_importance(model, data, batch_size=5)
+    assert model.training  # mode restored
+    assert list(imp) == PATHS
+    assert all(v.shape == (4,) and bool((v >= 0).all()) for v in imp.values())
+    assert all(abs(float(v.norm()) - 1) < 1e-5 for v in imp.values())
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_importance_matches_mask_gradient_per_sentence():
+    """I_h = mean_x |dL(x)/d xi_h| with the mask as a leaf, one sentence at a time."""
+    model, data = _model(1), _data(6, seed=1)
+    got = head_importance(model, data, normalize=False, batch_size=4)
+    modules = dict(attention_modules(model))
+    want = {n: torch.zeros(4) for n in modules}
+    for i in range(len(data.src)):
+        src, tgt = data.src[i : i + 1], data.tgt[i : i + 1]
+        xis = {n: torch.ones(4, requires_grad=True) for n in modules}
+        for n, m in modules.items():
+            m.head_mask = xis[n]  # a leaf we can differentiate
+        logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
+        keep = tgt[0, 1:] != 0
+        loss = F.cross_entropy(logits[0][keep], tgt[0, 1:][keep])
+        grads = torch.autograd.grad(loss, list(xis.values()))
+        for n, g in zip(modules, grads, strict=True):
+            want[n] += g.abs() / len(data.src)
+        for m in modules.values():
+            m.head_mask = torch.ones(4)
+    for n in modules:
+        assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), n
+
+
+def test_importance_matches_taylor_formula_through_z_hook():
+    """The same numbers as |sum A_h * dL/dA_h| with A_h the head output read at ``z``."""
+    from multihead.attention import run_with_cache  # noqa: F401  (the hook point we use)
+
+    model, data = _model(2), _data(1, seed=2)
+    got = head_importance(model, data, normalize=False)
+    zs = {}
+    hooks = [
+        m.z.register_forward_hook(lambda _m, _a, out, n=n: zs.__setitem__(n, out))
+        for n, m in attention_modules(model)
+    ]
+    src, tgt = data.src, data.tgt
+    logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
+    keep = tgt[0, 1:] != 0
+    loss = F.cross_entropy(logits[0][keep], tgt[0, 1:][keep])
+    names = list(zs)
+    grads = torch.autograd.grad(loss, [zs[n] for n in names])
+    for h in hooks:
+        h.remove()
+    for n, g in zip(names, grads, strict=True):
+        taylor = (zs[n] * g).sum(dim=(0, 2, 3)).abs().detach()  # (heads,)
+        assert torch.allclose(got[n], taylor, atol=1e-6, rtol=1e-4)
+
+
+def test_importance_of_masked_head_is_zero():
+    model, data = _model(), _data()
+    masks = full_masks(model)
+    masks["encoder.layers.1.attn"][2] = 0.0
+    with head_masks(model, masks):
+        imp = head_importance(model, data, normalize=False)
+    assert imp["encoder.layers.1.attn"][2] == 0
+    assert (imp["encoder.layers.1.attn"][[0, 1, 3]] > 0).all()
+
+
+def test_confidences_shapes_and_range():
+    conf = head_confidences(_model(), _data())
+    assert list(conf) == PATHS
+    assert all(v.shape == (4,) and bool(((v > 0) & (v <= 1)).all()) for v in conf.values())
+
+
+@pytest.mark.parametrize("order", ["importance", "random", "confidence"])
+def test_iterative_pruning_curve(order):
+    model, data = _model(), _data()
+    x = (data.src[:2], data.tgt[:2, :-1])
+    before = model(*x)
+    curve = iterative_pruning(model, data, data, order=order, fraction_per_step=0.1, seed=3)
+    assert isinstance(curve, PruningCurve) and curve.order == order
+    n = len(curve.fraction)
+    assert len(curve.loss) == len(curve.token_acc) == len(curve.masks) == n
+    assert curve.fraction[0] == 0.0
+    assert all(b > a for a, b in zip(curve.fraction, curve.fraction[1:], strict=False))
+    # 24 heads, 10% per step = 2 heads; it stops when each of the 6 modules has one head.
+    assert curve.fraction[-1] == pytest.approx(18 / 24)
+    assert all(int(m.sum()) == 1 for m in curve.masks[-1].values())
+    for a, b in zip(curve.masks, curve.masks[1:], strict=False):  # heads only ever leave
+        assert all(bool((b[k] <= a[k]).all()) for k in a)
+    assert curve.loss[0] == pytest.approx(teacher_forced(model, data)["loss"])
+    assert torch.equal(model(*x), before)  # masks restored
+
+
+def test_iterative_pruning_importance_removes_least_important_first():
+    model, data = _model(), _data()
+    imp = head_importance(model, data)
+    curve = iterative_pruning(model, data, data, fraction_per_step=1 / 24)
+    first = {(k, int(h)) for k, m in curve.masks[1].items() for h in (m == 0).nonzero().flatten()}
+    flat = [(float(v[h]), k, h) for k, v in imp.items() for h in range(4)]
+    assert first == {min(flat)[1:]}
+
+
+def test_prune_model_equals_masked_model():
+    model, data = _model(), _data()
+    masks = full_masks(model)
+    masks["encoder.layers.0.attn"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    masks["decoder.layers.1.cross_attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    masks["decoder.layers.0.attn"] = torch.tensor([0.0, 1.0, 1.0, 1.0])
+    x = (data.src, data.tgt[:, :-1])
+    kw = {"src_padding_mask": data.src == 0}
+    with head_masks(model, masks):
+        masked = model(*x, **kw)
+    n_before = count_parameters(model)
+    pruned = prune_model(model, masks)
+    assert pruned is model
+    assert torch.allclose(pruned(*x, **kw), masked, atol=1e-5)
+    assert dict(attention_modules(pruned))["decoder.layers.1.cross_attn"].n_heads == 1
+    # each removed head had W_Q, W_K, W_V (16 x 4 each), biases (3 x 4) and W_O (4 x 16)
+    assert n_before - count_parameters(pruned) == 6 * (4 * 16 * 4 + 3 * 4)
+    assert count_heads(masks) == {"encoder": 6, "decoder": 7, "cross": 5}
+
+
+def test_bad_inputs():
+    model, data = _model(), _data()
+    with pytest.raises(ValueError, match="order"):
+        iterative_pruning(model, data, data, order="largest")
+    for bad in (0, 0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="fraction_per_step"):
+            iterative_pruning(model, data, data, fraction_per_step=bad)
+    with pytest.raises(TypeError, match="score_data"):
+        iterative_pruning(model, (data.src, data.tgt), data)
+    with pytest.raises(TypeError, match="model"):
+        head_importance(torch.nn.Linear(2, 2), data)
+    with pytest.raises(TypeError, match="data"):
+        head_importance(model, data.src)
+    with pytest.raises(ValueError, match="batch_size"):
+        head_importance(model, data, batch_size=0)
+    masks = full_masks(model)
+    masks["encoder.layers.1.attn"] = torch.zeros(4)
+    with pytest.raises(ValueError, match="every head"):
+        prune_model(model, masks)
+    assert dict(attention_modules(model))["encoder.layers.0.attn"].n_heads == 4  # untouched
+    with pytest.raises(ValueError, match="shape"):
+        prune_model(model, {"encoder.layers.0.attn": torch.ones(3)})
+    with pytest.raises(ValueError, match="not an attention module"):
+        prune_model(model, {"encoder.layers.9.attn": torch.ones(4)})
+    with pytest.raises(ValueError, match="only 0"):
+        prune_model(model, {"encoder.layers.0.attn": torch.tensor([1.0, 0.5, 1.0, 1.0])})
+
+
+def test_keep_one_head():
+    masks = {"a": torch.zeros(3), "b": torch.tensor([0.0, 1.0, 0.0])}
+    scores = {"a": torch.tensor([0.1, 0.5, -1.0]), "b": torch.tensor([9.0, 0.0, 0.0])}
+    out = keep_one_head(masks, scores)
+    assert out["a"].tolist() == [0.0, 1.0, 0.0]
+    assert out["b"].tolist() == [0.0, 1.0, 0.0]
+    assert masks["a"].sum() == 0  # not modified in place
+    with pytest.raises(ValueError, match="scores"):
+        keep_one_head(masks, {"a": torch.zeros(2)})
