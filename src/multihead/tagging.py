@@ -17,14 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead.attention import run_with_cache
 from multihead.config import ModelConfig, TrainConfig
 from multihead.corpus import RELATIONS, Corpus, Sentence
 from multihead.model import EncoderModel
 from multihead.roles import Gold
 from multihead.tasks import IGNORE
 from multihead.train import cached_train, train
-from multihead.translation import PAD_ID, encode
+from multihead.translation import PAD_ID, encode, stack_internals
 
 
 @dataclass(frozen=True)
@@ -156,13 +155,4 @@ def tagger_patterns(model: EncoderModel, src: Tensor) -> Tensor:
     if not isinstance(model, EncoderModel):
         raise TypeError(f"model must be an EncoderModel, got {type(model).__name__}")
     model.eval()
-    dev = next(model.parameters()).device
-    src = src.to(dev)
-    _, cache = run_with_cache(
-        model.encoder,
-        src,
-        key_padding_mask=src == PAD_ID,
-        names_filter=lambda name: name.endswith("attn.pattern"),
-    )
-    n = len(model.encoder.layers)
-    return torch.stack([cache[f"layers.{i}.attn.pattern"] for i in range(n)]).cpu()
+    return stack_internals(model.encoder, src, ("pattern",))[0]

@@ -244,8 +244,22 @@ def train_translation_model(
     )
 
 
-def _by_layer(cache: dict[str, Tensor], hook: str, n_layers: int) -> Tensor:
-    return torch.stack([cache[f"layers.{i}.attn.{hook}"] for i in range(n_layers)])
+@torch.no_grad()
+def stack_internals(encoder: nn.Module, src: Tensor, hooks: tuple[str, ...]) -> list[Tensor]:
+    """Run an encoder stack (``model.encoder``) on padded token ids and return the requested
+    hook points (``"pattern"``, ``"z"``, ...) of its self-attention, stacked over layers.
+
+    Shapes: src (batch, seq) -> one (layers, batch, heads, ...) tensor per hook, on the CPU.
+    """
+    encoder.eval()
+    dev = next(encoder.parameters()).device
+    src = src.to(dev)
+    suffixes = tuple(f"attn.{hook}" for hook in hooks)
+    _, cache = run_with_cache(
+        encoder, src, key_padding_mask=src == PAD_ID, names_filter=lambda n: n.endswith(suffixes)
+    )
+    n = len(encoder.layers)
+    return [torch.stack([cache[f"layers.{i}.attn.{h}"] for i in range(n)]).cpu() for h in hooks]
 
 
 @torch.no_grad()
@@ -258,16 +272,8 @@ def encoder_internals(model: EncoderDecoder, src: Tensor) -> tuple[Tensor, Tenso
     if not isinstance(model, EncoderDecoder):
         raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
     model.eval()
-    dev = next(model.parameters()).device
-    src = src.to(dev)
-    _, cache = run_with_cache(
-        model.encoder,
-        src,
-        key_padding_mask=src == PAD_ID,
-        names_filter=lambda name: name.endswith(("attn.pattern", "attn.z")),
-    )
-    n = len(model.encoder.layers)
-    return _by_layer(cache, "pattern", n).cpu(), _by_layer(cache, "z", n).cpu()
+    pattern, z = stack_internals(model.encoder, src, ("pattern", "z"))
+    return pattern, z
 
 
 @torch.no_grad()
