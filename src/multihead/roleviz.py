@@ -48,7 +48,7 @@ def role_grid(
     if ax is None:
         _, ax = plt.subplots(figsize=(1.5 + 0.8 * codes.shape[1], 1 + 0.6 * codes.shape[0]))
     cmap = ListedColormap(list(ROLE_COLORS.values()))
-    ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(names) - 1)
+    ax.imshow(codes.numpy(), cmap=cmap, vmin=0, vmax=len(names) - 1)
     for i, row in enumerate(labels or []):
         for h, text in enumerate(row):
             ax.text(h, i, text, ha="center", va="center", fontsize=7)
