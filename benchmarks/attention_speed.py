@@ -15,7 +15,7 @@ import statistics
 import torch
 from torch.utils import benchmark
 
-from multihead.attention import MultiHeadAttention, to_torch_multihead
+from multihead.core.attention import MultiHeadAttention, to_torch_multihead
 from multihead.exercises import mha_flops
 
 CONFIGS = [

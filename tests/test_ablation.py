@@ -1,15 +1,15 @@
 import pytest
 import torch
 
-from multihead.ablation import (
+from multihead.core.config import ModelConfig
+from multihead.core.model import EncoderModel, attention_modules
+from multihead.interventions.ablation import (
     draw_uniforms,
     drop_grid,
     full_masks,
     head_masks,
     layer_head_drop,
 )
-from multihead.config import ModelConfig
-from multihead.model import EncoderModel, attention_modules
 
 
 def _model():

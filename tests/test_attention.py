@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from multihead.attention import (
+from multihead.core.attention import (
     MultiHeadAttention,
     attention_pattern,
     run_with_cache,

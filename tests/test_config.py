@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from multihead.config import ModelConfig, TrainConfig
+from multihead.core.config import ModelConfig, TrainConfig
 
 
 def test_defaults_and_variants():

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from multihead.corpus import (
+from multihead.tasks.corpus import (
     EOS,
     LEXICON,
     POS_TAGS,
@@ -114,7 +114,7 @@ def test_translation_is_deterministic_and_needs_syntax(corpus):
 
 
 def test_target_word_order_is_verb_final(corpus):
-    from multihead.corpus import CASE
+    from multihead.tasks.corpus import CASE
 
     for s in corpus.train[:100]:
         assert CASE["nsubj"] in s.target

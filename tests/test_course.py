@@ -11,7 +11,7 @@ import nbformat
 import pytest
 import yaml
 
-from multihead import nbtools
+from multihead.tools import nbtools
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = nbtools.notebooks(ROOT)
@@ -50,7 +50,7 @@ def test_setup_cells_are_identical_and_current():
     for path in NOTEBOOKS:
         first = nbformat.read(path, as_version=4).cells[0]
         assert first.cell_type == "code" and first.source == expected, (
-            f"{path.name}: run `python -m multihead.nbtools sync`"
+            f"{path.name}: run `python -m multihead.tools.nbtools sync`"
         )
 
 

@@ -1,4 +1,4 @@
-"""Tests of ``multihead.diversity``: head distances across layers, spread, distinctness and
+"""Tests of ``multihead.analysis.diversity``: head distances across layers, spread, distinctness and
 the logit-gap bound, on hand-built attention tensors."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from multihead.diversity import (
+from multihead.analysis.diversity import (
     all_head_distances,
     distinctness,
     js_logit_bound,
@@ -15,7 +15,7 @@ from multihead.diversity import (
     pairwise_head_distances,
     within_layer_spread,
 )
-from multihead.metrics import head_distance_matrix, js_divergence
+from multihead.analysis.metrics import head_distance_matrix, js_divergence
 
 LOG2 = math.log(2)
 

@@ -1,9 +1,10 @@
 import pytest
 import torch
 
-from multihead.attention import MultiHeadAttention
-from multihead.config import ModelConfig
-from multihead.drophead import (
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.config import ModelConfig
+from multihead.core.model import EncoderModel, attention_modules
+from multihead.interventions.drophead import (
     drophead_rate,
     drophead_schedule,
     gate_moments,
@@ -11,7 +12,6 @@ from multihead.drophead import (
     injected_variance,
     set_drophead,
 )
-from multihead.model import EncoderModel, attention_modules
 
 
 def _gates(h, p, n=40000):
@@ -57,7 +57,7 @@ def test_head_outputs_sum_to_the_layer_output():
     torch.manual_seed(2)
     attn = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 5, 16)
-    from multihead.attention import run_with_cache
+    from multihead.core.attention import run_with_cache
 
     out, cache = run_with_cache(attn, x)
     parts = head_outputs(attn, cache["z"])

@@ -66,7 +66,7 @@ def test_check_flops():
 def test_reference_flops_match_torch_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
-    from multihead.attention import MultiHeadAttention, run_with_cache
+    from multihead.core.attention import MultiHeadAttention, run_with_cache
 
     layer = MultiHeadAttention(48, 3, 8, 12)
     with FlopCounterMode(display=False) as counter:

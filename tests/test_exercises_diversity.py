@@ -5,7 +5,12 @@ import math
 import pytest
 import torch
 
-from multihead.diversity import distinctness, js_logit_bound, logit_gap, within_layer_spread
+from multihead.analysis.diversity import (
+    distinctness,
+    js_logit_bound,
+    logit_gap,
+    within_layer_spread,
+)
 from multihead.exercises import check_distinctness, check_layer_spread, check_logit_gap_bound
 
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from multihead.analysis.metrics import classical_mds, js_divergence
 from multihead.exercises import check_classical_mds, check_js_divergence, check_word_level
-from multihead.metrics import classical_mds, js_divergence
-from multihead.pretrained import word_level
+from multihead.pretrained.load import word_level
 
 
 def test_check_js_divergence():

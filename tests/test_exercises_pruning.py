@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from multihead.exercises import check_expected_l0, check_hard_concrete, check_taylor_importance
-from multihead.gates import hard_concrete
+from multihead.interventions.gates import hard_concrete
 
 
 def test_hard_concrete_checker():

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from multihead.corpus import make_corpus
+from multihead.analysis.roles import Gold, relation_targets
 from multihead.exercises import check_head_confidence, check_positional_share, check_subject_head
-from multihead.roles import Gold, relation_targets
+from multihead.tasks.corpus import make_corpus
 
 
 def good_confidence(pattern, query_mask):

@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
-from multihead.config import ModelConfig
-from multihead.gates import (
+from multihead.core.config import ModelConfig
+from multihead.core.model import EncoderDecoder, attention_modules
+from multihead.interventions.gates import (
     HardConcreteGate,
     attach_gates,
     deterministic_gate,
@@ -13,7 +14,6 @@ from multihead.gates import (
     prob_one,
     prob_zero,
 )
-from multihead.model import EncoderDecoder, attention_modules
 
 
 def _model() -> EncoderDecoder:
@@ -144,7 +144,7 @@ def _sample_and_loss():
 
 
 def test_fine_tune_with_gates_penalty_closes_heads_and_cleans_up():
-    from multihead.gates import fine_tune_with_gates
+    from multihead.interventions.gates import fine_tune_with_gates
 
     sample, loss_fn = _sample_and_loss()
     model = _model()

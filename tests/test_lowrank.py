@@ -1,11 +1,11 @@
-"""Tests of multihead.lowrank: the expressivity construction, the rank test, the fitting."""
+"""Tests of multihead.analysis.lowrank: expressivity construction, rank test, fitting."""
 
 import math
 
 import pytest
 import torch
 
-from multihead.lowrank import (
+from multihead.analysis.lowrank import (
     centered_log,
     check_column_stochastic,
     column_kl,
@@ -22,7 +22,7 @@ from multihead.lowrank import (
     realize_low_rank,
     total_variation,
 )
-from multihead.tasks import SubsetCountTask
+from multihead.tasks.synthetic import SubsetCountTask
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -246,10 +246,10 @@ def test_subset_count_task() -> None:
 
 # ---------------------------------------------------------------- cost and explorer
 def test_attention_cost_matches_module() -> None:
-    from multihead.attention import MultiHeadAttention
+    from multihead.analysis.lowrank import attention_cost
+    from multihead.core.attention import MultiHeadAttention
+    from multihead.core.model import count_parameters
     from multihead.exercises import mha_flops
-    from multihead.lowrank import attention_cost
-    from multihead.model import count_parameters
 
     for args in ((32, 8, 4, 4), (32, 8, 16, 4), (768, 12, 128, 64)):
         cost = attention_cost(*args, seq_len=10)
@@ -265,8 +265,8 @@ def test_best_fit_example_and_explorer() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from multihead.lowrank import best_fit_example
-    from multihead.widgets import WithStaticFallback, explore_low_rank, plot_low_rank_fit
+    from multihead.analysis.lowrank import best_fit_example
+    from multihead.viz.widgets import WithStaticFallback, explore_low_rank, plot_low_rank_fit
 
     target, fitted, kl = best_fit_example(4, 3, steps=100)
     assert target.shape == fitted.shape == (4, 4) and kl < 1e-4

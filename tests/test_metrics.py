@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from multihead.metrics import entropy, head_confidence, max_weight, offset_profile
+from multihead.analysis.metrics import entropy, head_confidence, max_weight, offset_profile
 
 
 def test_entropy_handles_zero_weights():

@@ -6,7 +6,12 @@ import math
 import pytest
 import torch
 
-from multihead.metrics import classical_mds, group_spread, head_distance_matrix, js_divergence
+from multihead.analysis.metrics import (
+    classical_mds,
+    group_spread,
+    head_distance_matrix,
+    js_divergence,
+)
 
 
 def test_js_divergence_known_values():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from multihead.metrics import argmax_credit, rank_correlation
+from multihead.analysis.metrics import argmax_credit, rank_correlation
 
 
 def test_argmax_credit_single_max_and_ties():

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from multihead.attention import run_with_cache
-from multihead.config import ModelConfig
-from multihead.model import (
+from multihead.core.attention import run_with_cache
+from multihead.core.config import ModelConfig
+from multihead.core.model import (
     EncoderDecoder,
     EncoderModel,
     attention_modules,

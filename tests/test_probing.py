@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from multihead.probing import fit_probes, majority_accuracy, probe_heads
+from multihead.analysis.probing import fit_probes, majority_accuracy, probe_heads
 
 
 def test_majority_accuracy():

@@ -4,10 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from multihead.ablation import full_masks, head_masks
-from multihead.config import ModelConfig
-from multihead.model import EncoderDecoder, attention_modules, count_parameters
-from multihead.pruning import (
+from multihead.core.config import ModelConfig
+from multihead.core.model import EncoderDecoder, attention_modules, count_parameters
+from multihead.interventions.ablation import full_masks, head_masks
+from multihead.interventions.pruning import (
     PruningCurve,
     count_heads,
     head_confidences,
@@ -16,7 +16,7 @@ from multihead.pruning import (
     keep_one_head,
     prune_model,
 )
-from multihead.translation import Encoded, teacher_forced
+from multihead.tasks.translation import Encoded, teacher_forced
 
 PATHS = [
     "encoder.layers.0.attn",
@@ -87,7 +87,7 @@ def test_importance_matches_mask_gradient_per_sentence():
 
 def test_importance_matches_taylor_formula_through_z_hook():
     """The same numbers as |sum A_h * dL/dA_h| with A_h the head output read at ``z``."""
-    from multihead.attention import run_with_cache  # noqa: F401  (the hook point we use)
+    from multihead.core.attention import run_with_cache  # noqa: F401  (the hook point we use)
 
     model, data = _model(2), _data(1, seed=2)
     got = head_importance(model, data, normalize=False)

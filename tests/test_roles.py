@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from multihead.corpus import make_corpus
-from multihead.roles import (
+from multihead.analysis.roles import (
     DIRECTIONS,
     SYNTACTIC_RELATIONS,
     Gold,
@@ -17,6 +16,7 @@ from multihead.roles import (
     relation_targets,
     syntactic,
 )
+from multihead.tasks.corpus import make_corpus
 
 
 @pytest.fixture(scope="module")

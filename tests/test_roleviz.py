@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from multihead.roleviz import ROLE_COLORS, pattern_with_targets, role_grid  # noqa: E402
+from multihead.viz.roles import ROLE_COLORS, pattern_with_targets, role_grid  # noqa: E402
 
 
 def test_role_grid_draws_every_role():

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from multihead import runtime
+from multihead.core import runtime
 
 
 def test_pick_follows_the_environment(monkeypatch):

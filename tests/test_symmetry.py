@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from multihead.attention import MultiHeadAttention, run_with_cache
-from multihead.symmetry import parameter_spread, pattern_spread, tie_heads
+from multihead.core.attention import MultiHeadAttention, run_with_cache
+from multihead.interventions.symmetry import parameter_spread, pattern_spread, tie_heads
 
 
 def _layer(seed=0):

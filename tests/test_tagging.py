@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from multihead.config import ModelConfig, TrainConfig
-from multihead.corpus import RELATIONS, make_corpus
-from multihead.model import init_model
-from multihead.tagging import (
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.model import init_model
+from multihead.tasks.corpus import RELATIONS, make_corpus
+from multihead.tasks.synthetic import IGNORE
+from multihead.tasks.tagging import (
     build_tagger,
     tagger_accuracy,
     tagger_config,
@@ -14,7 +15,6 @@ from multihead.tagging import (
     tagging_data,
     train_tagger,
 )
-from multihead.tasks import IGNORE
 
 
 @pytest.fixture(scope="module")

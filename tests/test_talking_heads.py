@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from multihead.attention import MultiHeadAttention, run_with_cache
-from multihead.config import ModelConfig
-from multihead.model import EncoderModel
-from multihead.talking_heads import TalkingHeadsAttention
+from multihead.core.attention import MultiHeadAttention, run_with_cache
+from multihead.core.config import ModelConfig
+from multihead.core.model import EncoderModel
+from multihead.core.talking_heads import TalkingHeadsAttention
 
 
 def _pair(**kw):

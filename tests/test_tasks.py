@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from multihead.tasks import IGNORE, LookupTask
+from multihead.tasks.synthetic import IGNORE, LookupTask
 
 
 def test_pair_lookup_targets():

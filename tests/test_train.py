@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from multihead.config import ModelConfig, TrainConfig
-from multihead.model import EncoderModel
-from multihead.tasks import IGNORE, LookupTask
-from multihead.train import cached_train, token_accuracy, token_loss, train
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.model import EncoderModel
+from multihead.core.train import cached_train, token_accuracy, token_loss, train
+from multihead.tasks.synthetic import IGNORE, LookupTask
 
 TASK = LookupTask(vocab_size=4, seq_len=8)
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from multihead.config import ModelConfig, TrainConfig
-from multihead.corpus import make_corpus
-from multihead.model import EncoderDecoder
-from multihead.translation import (
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.model import EncoderDecoder
+from multihead.tasks.corpus import make_corpus
+from multihead.tasks.translation import (
     BOS_ID,
     PAD_ID,
     ablate_encoder_heads,

@@ -1,8 +1,8 @@
 """multihead: the shared code of the course on multi-head attention."""
 
-from multihead.attention import HookPoint, MultiHeadAttention, run_with_cache
-from multihead.config import ModelConfig, TrainConfig
-from multihead.runtime import device, is_fast, pick, seed_everything
+from multihead.core.attention import HookPoint, MultiHeadAttention, run_with_cache
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.runtime import device, is_fast, pick, seed_everything
 
 __all__ = [
     "HookPoint",

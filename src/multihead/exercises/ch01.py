@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.attention import MultiHeadAttention, attention_pattern
+from multihead.core.attention import MultiHeadAttention, attention_pattern
+from multihead.core.model import count_parameters
 from multihead.exercises._common import ok, require_callable
-from multihead.model import count_parameters
 
 
 def check_attention(fn: Callable) -> str:

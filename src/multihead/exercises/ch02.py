@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.attention import MultiHeadAttention
+from multihead.core.attention import MultiHeadAttention
 from multihead.exercises._common import ok, require_callable
 
 _PER_HEAD = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O")

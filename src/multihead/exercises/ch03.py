@@ -62,7 +62,7 @@ def check_min_key_size(fn: Callable) -> str:
 
     Shapes: P (n, n) -> int.
     """
-    from multihead.lowrank import column_softmax, min_key_size
+    from multihead.analysis.lowrank import column_softmax, min_key_size
 
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(32)
@@ -96,7 +96,7 @@ def check_bert_large_extra_params(answer: object) -> str:
 
     Shapes: none.
     """
-    from multihead.lowrank import attention_cost
+    from multihead.analysis.lowrank import attention_cost
 
     per_layer = (
         attention_cost(1024, 16, 128, 64, seq_len=1)["params"]

@@ -14,7 +14,7 @@ def check_post_mix(fn: Callable) -> str:
 
     Shapes: pattern (batch, h, query, key), P_w (h, h_v) -> (batch, h_v, query, key).
     """
-    from multihead.talking_heads import TalkingHeadsAttention
+    from multihead.core.talking_heads import TalkingHeadsAttention
 
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(41)
@@ -41,7 +41,7 @@ def check_invisible_mixing(fn: Callable) -> str:
 
     Shapes: -> P_l (h, h), P_w (h, h).
     """
-    from multihead.talking_heads import TalkingHeadsAttention
+    from multihead.core.talking_heads import TalkingHeadsAttention
 
     require_callable("fn", fn)
     for h in (2, 3, 5):

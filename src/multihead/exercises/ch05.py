@@ -18,7 +18,7 @@ def _random_patterns(seed: int, batch: int = 3, heads: int = 4, n: int = 7) -> t
 def check_head_confidence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(pattern, query_mask) -> (heads,)``: the mean over the selected queries of
     each head's largest attention weight (Voita et al.'s confidence)."""
-    from multihead.metrics import head_confidence
+    from multihead.analysis.metrics import head_confidence
 
     require_callable("fn", fn)
     for seed in range(3):
@@ -39,7 +39,7 @@ def check_head_confidence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
                 f"expected {want.tolist()}, got {got.tolist()}; take the max over keys (last "
                 "dimension), then average over the masked (batch, query) positions together"
             )
-    return ok("your head confidence matches multihead.metrics.head_confidence.")
+    return ok("your head confidence matches multihead.analysis.metrics.head_confidence.")
 
 
 def _reference_share(pattern: torch.Tensor, offset: int) -> torch.Tensor:
@@ -80,7 +80,7 @@ def check_positional_share(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> s
 def check_subject_head(answer: tuple[int, int], pattern: torch.Tensor, gold: object) -> str:
     """Check that ``answer = (layer, head)`` is the encoder head whose largest weight most
     often lands on the subject when the query is the verb (nsubj, head->dep)."""
-    from multihead.roles import syntactic
+    from multihead.analysis.roles import syntactic
 
     acc = syntactic(pattern, gold, "nsubj", "head->dep")["accuracy"]  # (layers, heads)
     if not (isinstance(answer, tuple) and len(answer) == 2):

@@ -6,7 +6,12 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.diversity import distinctness, js_logit_bound, logit_gap, within_layer_spread
+from multihead.analysis.diversity import (
+    distinctness,
+    js_logit_bound,
+    logit_gap,
+    within_layer_spread,
+)
 from multihead.exercises._common import ok, require_callable
 
 

@@ -13,7 +13,7 @@ from multihead.exercises._common import ok, require_callable
 def check_hard_concrete(fn: Callable[..., torch.Tensor]) -> str:
     """Check ``fn(log_alpha, u, beta, gamma, zeta) -> gates``: the Hard Concrete sample
     ``clip(gamma + (zeta - gamma) * sigmoid((log u - log(1 - u) + log_alpha) / beta), 0, 1)``."""
-    from multihead.gates import hard_concrete
+    from multihead.interventions.gates import hard_concrete
 
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(0)
@@ -35,7 +35,7 @@ def check_hard_concrete(fn: Callable[..., torch.Tensor]) -> str:
                 "values differ from the reference: the logistic noise is log u - log(1 - u), "
                 "added to log_alpha and divided by beta inside the sigmoid"
             )
-    return ok("your Hard Concrete sampler matches multihead.gates.hard_concrete.")
+    return ok("your Hard Concrete sampler matches multihead.interventions.gates.hard_concrete.")
 
 
 def check_expected_l0(fn: Callable[..., torch.Tensor]) -> str:

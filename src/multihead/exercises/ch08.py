@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.drophead import drophead_rate, gate_moments
 from multihead.exercises._common import ok, require_callable
+from multihead.interventions.drophead import drophead_rate, gate_moments
 
 
 def check_drophead_rescale(fn: Callable) -> str:

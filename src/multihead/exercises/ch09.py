@@ -20,7 +20,7 @@ def check_js_divergence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     the last dimension, with 0 log 0 = 0 (rows with zeros must not give nan)."""
     import math
 
-    from multihead.metrics import js_divergence
+    from multihead.analysis.metrics import js_divergence
 
     require_callable("fn", fn)
     one_hot = torch.eye(4, dtype=torch.float64)
@@ -50,7 +50,7 @@ def check_js_divergence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 def check_word_level(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> str:
     """Check ``fn(token_attention, word_of_token, n_words) -> (..., words, words)``:
     attention *to* a word is the sum over its tokens, attention *from* a word the mean."""
-    from multihead.pretrained import word_level
+    from multihead.pretrained.load import word_level
 
     require_callable("fn", fn)
     cases = [
@@ -71,7 +71,7 @@ def check_word_level(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tenso
                     "(not sum) over its query tokens"
                 )
             raise AssertionError("keys: sum the columns of a word's tokens; queries: average rows")
-    return ok("word-level rows sum to 1 and match multihead.pretrained.word_level.")
+    return ok("word-level rows sum to 1 and match multihead.pretrained.load.word_level.")
 
 
 def check_classical_mds(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:

@@ -6,7 +6,7 @@ translation needs to choose the case particle, and it is not visible in the noun
 the encoder's heads must look at the context. An encoder-only tagger trains several times
 faster than the encoder-decoder, which lets the head-diversity chapter train one model per
 setting (number of heads, depth, seed, init scheme). Each trained tagger is cached with
-``multihead.train.cached_train``; ``build_tagger`` rebuilds the exact untrained start.
+``multihead.core.train.cached_train``; ``build_tagger`` rebuilds the exact untrained start.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead.config import ModelConfig, TrainConfig
-from multihead.corpus import RELATIONS, Corpus, Sentence
-from multihead.model import EncoderModel
-from multihead.roles import Gold
-from multihead.tasks import IGNORE
-from multihead.train import cached_train, train
-from multihead.translation import PAD_ID, encode, stack_internals
+from multihead.analysis.roles import Gold
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.model import EncoderModel
+from multihead.core.train import cached_train, train
+from multihead.tasks.corpus import RELATIONS, Corpus, Sentence
+from multihead.tasks.synthetic import IGNORE
+from multihead.tasks.translation import PAD_ID, encode, stack_internals
 
 
 @dataclass(frozen=True)

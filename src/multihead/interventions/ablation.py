@@ -2,7 +2,7 @@
 grid of the head-diversity and DropHead chapters.
 
 A *mask* assigns every attention module of a model (by its path, as in
-``multihead.model.attention_modules``) a ``(heads,)`` tensor of ones (kept) and zeros
+``multihead.core.model.attention_modules``) a ``(heads,)`` tensor of ones (kept) and zeros
 (silenced). The masks act through each module's ``head_mask``, so no model code changes,
 and ``head_masks`` restores the previous masks afterwards.
 
@@ -19,8 +19,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from multihead.attention import MultiHeadAttention
-from multihead.model import attention_modules
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.model import attention_modules
 
 Masks = dict[str, Tensor]
 

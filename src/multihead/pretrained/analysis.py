@@ -2,9 +2,9 @@
 word rarity for the rare-word detector, head distances, and head importance (gradient and
 ablation, Michel et al. 2019) with pruning curves.
 
-Inputs are the :class:`multihead.pretrained.SentenceAttention` records of
+Inputs are the :class:`multihead.pretrained.load.SentenceAttention` records of
 ``attention_maps`` (word level, ``[CLS]`` first and ``[SEP]`` last) or an objective
-callable evaluated with a :class:`multihead.pretrained.HeadMask` in place.
+callable evaluated with a :class:`multihead.pretrained.load.HeadMask` in place.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from multihead.metrics import entropy, head_distance_matrix
-from multihead.pretrained import HeadMask, SentenceAttention
-from multihead.roles import Gold
+from multihead.analysis.metrics import entropy, head_distance_matrix
+from multihead.analysis.roles import Gold
+from multihead.pretrained.load import HeadMask, SentenceAttention
 
 PUNCTUATION = frozenset(string.punctuation)
 
@@ -95,7 +95,7 @@ def padded_words(
 ) -> tuple[Tensor, Gold]:
     """Word attention of all sentences padded into one stack, with a :class:`Gold` that has
     the lengths (and ranks, if given; no dependency arcs), for the detectors of
-    ``multihead.roles``. [SEP] is the end token, as the detectors expect.
+    ``multihead.analysis.roles``. [SEP] is the end token, as the detectors expect.
 
     Shapes: -> pattern (layers, batch, heads, seq, seq), Gold tensors (batch, seq).
     """
@@ -141,7 +141,7 @@ def gradient_importance(head_mask: HeadMask, objective: Objective) -> Tensor:
     Shapes: -> (layers, heads).
     """
     if not isinstance(head_mask, HeadMask):
-        raise TypeError("head_mask must be a multihead.pretrained.HeadMask")
+        raise TypeError("head_mask must be a multihead.pretrained.load.HeadMask")
     head_mask.mask = torch.ones_like(head_mask.mask).requires_grad_(True)
     value = objective()
     (grad,) = torch.autograd.grad(value, head_mask.mask)
@@ -155,7 +155,7 @@ def ablation_importance(head_mask: HeadMask, objective: Objective) -> Tensor:
     Shapes: -> (layers, heads).
     """
     if not isinstance(head_mask, HeadMask):
-        raise TypeError("head_mask must be a multihead.pretrained.HeadMask")
+        raise TypeError("head_mask must be a multihead.pretrained.load.HeadMask")
     layers, heads = head_mask.mask.shape
     with torch.no_grad():
         head_mask.set([])
@@ -178,7 +178,7 @@ def pruning_curve(
     Shapes: order (layers * heads,), steps list of m ints -> (m,).
     """
     if not isinstance(head_mask, HeadMask):
-        raise TypeError("head_mask must be a multihead.pretrained.HeadMask")
+        raise TypeError("head_mask must be a multihead.pretrained.load.HeadMask")
     layers, heads = head_mask.mask.shape
     order = torch.as_tensor(order).flatten()
     if sorted(order.tolist()) != list(range(layers * heads)):

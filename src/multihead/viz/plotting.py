@@ -14,7 +14,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from multihead.metrics import check_pattern
+from multihead.analysis.metrics import check_pattern
 
 
 def _np(x: object) -> np.ndarray:

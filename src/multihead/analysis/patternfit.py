@@ -4,7 +4,7 @@ A *pattern model* is any differentiable ``pattern_fn(params) -> P`` that returns
 column-stochastic matrices (column convention of chapter 3: ``P[key, query]``, columns sum
 to 1). ``fit_pattern`` finds the parameters whose pattern is closest to a target in mean
 column KL divergence. Chapter 3 fits one head of each key size
-(``multihead.lowrank.fit_key_sizes``); other models of attention plug in the same way.
+(``multihead.analysis.lowrank.fit_key_sizes``); other models of attention plug in the same way.
 """
 
 from __future__ import annotations

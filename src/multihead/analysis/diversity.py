@@ -2,8 +2,9 @@
 
 The distance between two heads follows Clark et al. (2019): compare the two attention
 distributions each query token gets from the two heads with the Jensen-Shannon divergence,
-and average over the query tokens of all sentences. ``multihead.metrics`` has the divergence
-itself and a distance matrix for one layer; this module adds what a study across layers needs:
+and average over the query tokens of all sentences. ``multihead.analysis.metrics`` has the
+divergence itself and a distance matrix for one layer; this module adds what a study across
+layers needs:
 
 * a query mask, so padding rows (which attend somewhere but mean nothing) do not count;
 * the whole model at once: a ``(layers, heads, heads)`` tensor of within-layer distances and
@@ -22,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from multihead.metrics import check_pattern, js_divergence
+from multihead.analysis.metrics import check_pattern, js_divergence
 
 
 def _check_query_mask(query_mask: object, batch: int, queries: int) -> Tensor:

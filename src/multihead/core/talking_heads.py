@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_positive_int
-from multihead.attention import HookPoint, MultiHeadAttention
+from multihead.core.attention import HookPoint, MultiHeadAttention
 
 
 class TalkingHeadsAttention(MultiHeadAttention):
@@ -204,7 +204,7 @@ def fit_mixed_heads(
 
     Shapes: target (batch, n, n), X (batch, d, n) -> ``patternfit.FitResult`` with kl (batch,).
     """
-    from multihead.patternfit import fit_pattern
+    from multihead.analysis.patternfit import fit_pattern
 
     check_positive_int("d_key", d_key)
     check_positive_int("n_heads", n_heads)

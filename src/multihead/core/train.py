@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from multihead.config import TrainConfig
-from multihead.runtime import device as default_device
-from multihead.tasks import IGNORE
+from multihead.core.config import TrainConfig
+from multihead.core.runtime import device as default_device
+from multihead.tasks.synthetic import IGNORE
 
 Batch = tuple[Tensor, ...]
 Sampler = Callable[[int, torch.Generator], Batch]

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from multihead._checks import check_positive_int
-from multihead.attention import MultiHeadAttention
-from multihead.model import attention_modules
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.model import attention_modules
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
 

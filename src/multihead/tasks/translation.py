@@ -1,9 +1,10 @@
 """The translation model of the head-roles chapter: tensors, training, evaluation, probes.
 
-``train_translation_model()`` builds the corpus of ``multihead.corpus``, trains an
-``EncoderDecoder`` on it and keeps the checkpoint in the cache (``multihead.train.cached_train``),
-so later chapters load the same model instead of retraining it. The helpers below read the
-encoder's attention patterns and per-head outputs and ablate heads one at a time.
+``train_translation_model()`` builds the corpus of ``multihead.tasks.corpus``, trains an
+``EncoderDecoder`` on it and keeps the checkpoint in the cache
+(``multihead.core.train.cached_train``), so later chapters load the same model instead of
+retraining it. The helpers below read the encoder's attention patterns and per-head outputs
+and ablate heads one at a time.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead.attention import run_with_cache
-from multihead.config import ModelConfig, TrainConfig
-from multihead.corpus import Corpus, GrammarConfig, Sentence, make_corpus
-from multihead.model import EncoderDecoder
-from multihead.runtime import device as default_device
-from multihead.runtime import pick
-from multihead.tasks import IGNORE
-from multihead.train import History, cached_train, train
+from multihead.core.attention import run_with_cache
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.model import EncoderDecoder
+from multihead.core.runtime import device as default_device
+from multihead.core.runtime import pick
+from multihead.core.train import History, cached_train, train
+from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
+from multihead.tasks.synthetic import IGNORE
 
 PAD_ID, BOS_ID = 0, 1
 

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_choice, check_positive_int, check_probability
-from multihead.attention import MultiHeadAttention
-from multihead.model import attention_modules
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.model import attention_modules
 
 SCHEDULES = ("constant", "v")
 
@@ -116,7 +116,7 @@ def set_drophead(model: nn.Module, p: float) -> None:
 def drophead_schedule(
     p: float, total: int, schedule: str = "constant", turn: int = 0
 ) -> Callable[[nn.Module, int], None]:
-    """An ``on_step(model, step)`` callback for ``multihead.train.train`` that sets the
+    """An ``on_step(model, step)`` callback for ``multihead.core.train.train`` that sets the
     rate of ``drophead_rate`` before each step.
 
     Shapes: none.

@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from multihead.metrics import check_pattern
-from multihead.plotting import plot_pattern
+from multihead.analysis.metrics import check_pattern
+from multihead.viz.plotting import plot_pattern
 
 
 def figure_png(fig: Figure, dpi: int = 80) -> str:
@@ -136,7 +136,7 @@ def plot_low_rank_fit(axes: Sequence, n: int, d_k: int, steps: int = 300) -> flo
 
     Shapes: axes (2,) matplotlib axes -> float.
     """
-    from multihead.lowrank import best_fit_example
+    from multihead.analysis.lowrank import best_fit_example
 
     target, fitted, kl = best_fit_example(n, d_k, steps=steps)
     vmax = float(target.max())

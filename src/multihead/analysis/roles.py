@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from multihead.corpus import POS_TAGS, RELATIONS, Sentence
-from multihead.metrics import argmax_credit, check_pattern, head_confidence
+from multihead.analysis.metrics import argmax_credit, check_pattern, head_confidence
+from multihead.tasks.corpus import POS_TAGS, RELATIONS, Sentence
 
 SYNTACTIC_RELATIONS = ("nsubj", "dobj", "amod", "advmod", "det", "prep", "pobj")
 DIRECTIONS = ("dep->head", "head->dep")
@@ -45,7 +45,7 @@ class Gold:
         if len(sentences) == 0:
             raise ValueError("sentences is empty; pass at least one Sentence")
         if any(not isinstance(s, Sentence) for s in sentences):
-            raise TypeError("sentences must hold multihead.corpus.Sentence objects")
+            raise TypeError("sentences must hold multihead.tasks.corpus.Sentence objects")
         longest = max(len(s) for s in sentences)
         seq = longest if seq_len is None else seq_len
         if seq < longest:

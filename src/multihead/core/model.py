@@ -13,13 +13,13 @@ import math
 import torch
 from torch import Tensor, nn
 
-from multihead.attention import MultiHeadAttention
-from multihead.config import ModelConfig
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.config import ModelConfig
 
 
 def _mha(cfg: ModelConfig) -> MultiHeadAttention:
     if cfg.attention == "talking_heads":
-        from multihead.talking_heads import TalkingHeadsAttention
+        from multihead.core.talking_heads import TalkingHeadsAttention
 
         return TalkingHeadsAttention(
             cfg.d_model, cfg.n_heads, cfg.d_key, cfg.d_value, drophead=cfg.drophead
@@ -222,7 +222,7 @@ def init_model(model: nn.Module, scheme: str = "xavier", gain: float = 1.0, epsi
     Shapes: none (modifies parameters in place).
     """
     from multihead._checks import check_choice
-    from multihead.config import INIT_SCHEMES
+    from multihead.core.config import INIT_SCHEMES
 
     check_choice("scheme", scheme, INIT_SCHEMES)
     if not isinstance(gain, (int, float)) or gain <= 0:

@@ -17,7 +17,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch, Rectangle
 from torch import Tensor
 
-from multihead.plotting import plot_pattern
+from multihead.viz.plotting import plot_pattern
 
 ROLE_COLORS = {
     "positional": "#8e6bbf",

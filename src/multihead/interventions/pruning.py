@@ -3,8 +3,8 @@ the physical removal of heads.
 
 Every attention module of an ``EncoderDecoder`` (encoder self-attention, decoder
 self-attention, decoder-encoder cross-attention) is addressed by its path, as in
-``multihead.model.attention_modules``; a *mask* is ``{path: (heads,) tensor}`` with 1 for a
-kept head and 0 for a removed one (``multihead.ablation``). Masking is reversible;
+``multihead.core.model.attention_modules``; a *mask* is ``{path: (heads,) tensor}`` with 1 for a
+kept head and 0 for a removed one (``multihead.interventions.ablation``). Masking is reversible;
 ``prune_model`` slices the projections for good.
 """
 
@@ -17,21 +17,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multihead._checks import check_choice, check_positive_int
-from multihead.ablation import Masks, full_masks, head_masks
-from multihead.attention import MultiHeadAttention, run_with_cache
-from multihead.metrics import head_confidence
-from multihead.model import EncoderDecoder, attention_modules
-from multihead.translation import PAD_ID, Encoded, _trim, teacher_forced
+from multihead.analysis.metrics import head_confidence
+from multihead.core.attention import MultiHeadAttention, run_with_cache
+from multihead.core.model import EncoderDecoder, attention_modules
+from multihead.interventions.ablation import Masks, full_masks, head_masks
+from multihead.tasks.translation import PAD_ID, Encoded, _trim, teacher_forced
 
 ORDERS = ("importance", "random", "confidence")
 
 
 def _check_model_data(model: object, data: object, data_name: str = "data") -> None:
     if not isinstance(model, EncoderDecoder):
-        raise TypeError(f"model must be a multihead.model.EncoderDecoder, got {type(model)}")
+        raise TypeError(f"model must be a multihead.core.model.EncoderDecoder, got {type(model)}")
     if not isinstance(data, Encoded):
         raise TypeError(
-            f"{data_name} must be a multihead.translation.Encoded (translation.encode), "
+            f"{data_name} must be a multihead.tasks.translation.Encoded (translation.encode), "
             f"got {type(data).__name__}"
         )
 

@@ -5,7 +5,7 @@ verbs, adverbs, prepositional phrases, relative clauses on the subject, singular
 agreement) with Zipfian word frequencies. Each ``Sentence`` carries POS tags, gold
 dependency arcs with labels, every token's corpus frequency rank, and its translation.
 
-The target language (``multihead.lexicon``) is verb-final (subject, object, obliques,
+The target language (``multihead.tasks.lexicon``) is verb-final (subject, object, obliques,
 verb), puts adjectives after the noun, marks case with particles that depend on the noun's
 role, makes adjectives agree in number with their noun and the verb agree with its *object*.
 Relative clauses come before their noun. Translation is a deterministic function of the
@@ -23,7 +23,7 @@ from functools import lru_cache
 from itertools import accumulate
 
 from multihead._checks import check_positive_int
-from multihead.lexicon import (
+from multihead.tasks.lexicon import (
     ADJECTIVES,
     ADVERBS,
     CASE,
@@ -241,7 +241,7 @@ def make_corpus(
 ) -> Corpus:
     """Generate ``n`` distinct sentences (seeded) and split them train/valid/test.
 
-    Shapes: none (returns Python objects; see ``multihead.translation.encode`` for tensors).
+    Shapes: none (returns Python objects; see ``multihead.tasks.translation.encode`` for tensors).
     """
     check_positive_int("n", n)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

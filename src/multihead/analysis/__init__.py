@@ -1,0 +1,1 @@
+"""Pure functions of tensors: metrics, head distances, roles, probes, low-rank constructions."""

@@ -1,0 +1,1 @@
+"""The model: attention, hook points, talking heads, layers, models, configs, training."""

@@ -1,0 +1,1 @@
+"""Changing what heads do: masks and ablation, importance, pruning, gates, DropHead, symmetry."""

@@ -1,0 +1,1 @@
+"""The packaged pretrained Transformer (MiniLM): loading it offline, and its analyses."""

@@ -1,0 +1,1 @@
+"""Data with known answers: synthetic tasks, the grammar corpus, translation and tagging."""

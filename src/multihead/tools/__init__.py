@@ -1,0 +1,1 @@
+"""Tooling: notebook maintenance and timing."""
