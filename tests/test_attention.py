@@ -3,12 +3,15 @@ import math
 import pytest
 import torch
 
-from multihead.core.attention import (
-    MultiHeadAttention,
-    attention_pattern,
+from multihead.core.attention import MultiHeadAttention, attention_pattern, to_torch_multihead
+from multihead.core.hooks import (
+    add_hooks,
+    materialized,
     run_with_cache,
-    to_torch_multihead,
+    run_with_hooks,
+    stack_layers,
 )
+from multihead.interventions.ablation import head_masks
 
 
 def _layer(d_model=32, n_heads=4, **kw):
@@ -60,9 +63,11 @@ def test_fused_path_equals_explicit_path_with_masks():
         {"key_padding_mask": pad},
         {"key_padding_mask": pad, "causal": True},
     ):
+        assert not layer.materialize
         fused = layer(x, **kw)
         explicit, _ = run_with_cache(layer, x, **kw)
-        assert torch.allclose(fused, explicit, atol=1e-5), kw
+        assert not layer.materialize  # run_with_cache restored the switch
+        assert (fused - explicit).abs().max() < 1e-6, kw
 
 
 def test_matches_torch_multihead_attention():
@@ -97,20 +102,18 @@ def test_head_mask_is_reversible_and_removes_one_term():
     layer = _layer()
     x = torch.randn(2, 5, 32)
     full, cache = run_with_cache(layer, x)
-    layer.mask_heads([1])
-    masked = layer(x)
+    with head_masks(layer, {"": torch.tensor([1.0, 0.0, 1.0, 1.0])}):
+        masked = layer(x)
     contribution = cache["z"][:, 1] @ layer.W_O[1]  # what head 1 writes
     assert torch.allclose(full - masked, contribution, atol=1e-5)
-    layer.unmask_heads()
     assert torch.allclose(layer(x), full, atol=1e-5)
 
 
 def test_prune_equals_mask():
     layer = _layer()
     x = torch.randn(2, 5, 32)
-    layer.mask_heads([0, 2])
-    masked = layer(x)
-    layer.unmask_heads()
+    with head_masks(layer, {"": torch.tensor([0.0, 1.0, 0.0, 1.0])}):
+        masked = layer(x)
     n_before = sum(p.numel() for p in layer.parameters())
     layer.prune_heads([0, 2])
     assert layer.n_heads == 2 and layer.W_Q.shape[0] == 2
@@ -120,26 +123,90 @@ def test_prune_equals_mask():
         layer.prune_heads([0, 1])
 
 
-def test_drophead_is_off_in_eval_and_unbiased_in_training():
-    layer = _layer(drophead=0.5)
-    plain = _layer()
-    x = torch.randn(4, 5, 32)
-    layer.eval()
-    assert torch.allclose(layer(x), plain(x), atol=1e-6)  # no-op at eval: equals plain attention
-    layer.train()
-    torch.manual_seed(1)
-    gates = torch.stack([layer.drophead_gate(4, x.device, x.dtype) for _ in range(2000)])
-    assert (gates.sum(-1) == layer.n_heads).all()  # rescaled so the heads' total weight is kept
-    assert ((gates > 0).sum(-1) >= 1).all()  # never drops every head of an example
-    assert torch.allclose(gates.mean(0), torch.ones(4, 4), atol=0.1)  # each head kept on average
+def test_forward_pre_and_backward_hooks_on_the_pattern_all_fire():
+    layer = _layer()
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    fired = []
+
+    def pre(_module, args):
+        fired.append(("pre", tuple(args[0].shape)))
+
+    def backward(_module, grad_in, grad_out):
+        fired.append(("backward", tuple(grad_out[0].shape)))
+
+    handles = [
+        layer.pattern.register_forward_pre_hook(pre),
+        layer.pattern.register_full_backward_hook(backward),
+    ]
+    layer(x).sum().backward()
+    assert fired == []  # the fused path never reaches the pattern: no hook can fire
+    with materialized(layer):
+        assert layer.materialize
+        layer(x).sum().backward()
+    assert not layer.materialize
+    assert fired == [("pre", (2, 4, 5, 5)), ("backward", (2, 4, 5, 5))]
+    for h in handles:
+        h.remove()
+
+
+def test_run_with_hooks_forward_and_backward_hooks_fire_and_can_replace():
+    layer = _layer()
+    x = torch.randn(2, 5, 32)
+    seen, grads = [], []
+
+    def uniform(pattern, name):
+        seen.append(name)
+        return torch.full_like(pattern, 1 / pattern.shape[-1])  # replace the pattern
+
+    def grad_hook(grad, name):
+        grads.append((name, tuple(grad.shape)))
+
+    out = run_with_hooks(layer, x, fwd_hooks=[("pattern", uniform)], bwd_hooks=[("z", grad_hook)])
+    out.sum().backward()
+    assert seen == ["pattern"] and grads == [("z", (2, 4, 5, 8))]
+    _, cache = run_with_cache(layer, x)
+    v_mean = cache["v"].mean(dim=2, keepdim=True).expand(-1, -1, 5, -1)  # uniform attention
+    z_cat = v_mean.transpose(1, 2).reshape(2, 5, 32)
+    want = z_cat @ layer.W_O.reshape(32, 32) + layer.b_O
+    assert torch.allclose(out, want, atol=1e-5)
+    assert not layer.materialize
+
+
+def test_add_hooks_stays_until_removed_and_bad_names_are_named():
+    layer = _layer()
+    x = torch.randn(2, 5, 32)
+    handles = add_hooks(layer, [("z", lambda z, name: 0 * z)])
+    assert torch.allclose(layer(x), layer.b_O.expand(2, 5, 32))  # every head silenced
+    handles.remove()
+    handles.remove()  # a second remove is harmless
+    assert not torch.allclose(layer(x), layer.b_O.expand(2, 5, 32))
+    with pytest.raises(ValueError, match="'nope' is not a hook point"):
+        run_with_hooks(layer, x, fwd_hooks=[("nope", lambda t, n: None)])
+    with pytest.raises(TypeError, match="pairs"):
+        run_with_hooks(layer, x, fwd_hooks=[("z",)])
+
+
+def test_stack_layers_stacks_in_order():
+    cache = {f"layers.{i}.attn.z": torch.full((2,), float(i)) for i in range(3)}
+    assert stack_layers(cache, "layers.{}.attn.z").tolist() == [[0, 0], [1, 1], [2, 2]]
+    with pytest.raises(ValueError, match="record it first"):
+        stack_layers(cache, "layers.{}.attn.pattern")
+    with pytest.raises(ValueError, match="template"):
+        stack_layers(cache, "layers.0.attn.z")
 
 
 def test_hooks_do_not_change_the_output_and_are_removed():
     layer = _layer()
     x = torch.randn(2, 5, 32)
     out, _ = run_with_cache(layer, x)
-    assert not layer.pattern.is_hooked
+    assert not layer.materialize
     assert torch.allclose(layer(x), out, atol=1e-5)
+    calls = []
+    run_with_hooks(layer, x, fwd_hooks=[(lambda n: True, lambda t, n: calls.append(n))])
+    assert len(calls) == 6  # q, k, v, scores, pattern, z
+    with materialized(layer):
+        layer(x)
+    assert len(calls) == 6  # the hooks were removed
 
 
 def test_names_filter_keeps_only_selected():
@@ -155,7 +222,6 @@ def test_names_filter_keeps_only_selected():
         ((32, 0), {}, ValueError, "n_heads"),
         ((32, 4), {"d_key": -1}, ValueError, "d_key"),
         ((32, 4), {"d_value": 2.5}, TypeError, "d_value"),
-        ((32, 4), {"drophead": 1.0}, ValueError, "drophead"),
         ((32, 4), {"attn_dropout": -0.5}, ValueError, "attn_dropout"),
     ],
 )
@@ -171,7 +237,7 @@ def test_forward_bad_input():
         layer(torch.ones(2, 5, 32, dtype=torch.long))
     with pytest.raises(ValueError, match="d_model=32"):
         layer(torch.randn(2, 5, 16))
-    with pytest.raises(ValueError, match="query must have 3"):
+    with pytest.raises(ValueError, match="query must be shaped"):
         layer(torch.randn(5, 32))
     with pytest.raises(ValueError, match="key"):
         layer(x, torch.randn(3, 5, 32))
@@ -186,7 +252,9 @@ def test_forward_bad_input():
     with pytest.raises(ValueError, match="causal"):
         layer(x, torch.randn(2, 7, 32), causal=True)
     with pytest.raises(ValueError, match="heads"):
-        layer.mask_heads([4])
+        layer.prune_heads([4])
+    with pytest.raises(TypeError, match="causal"):
+        layer(x, causal=1)
     with pytest.raises(TypeError, match="model"):
         run_with_cache(lambda t: t, x)
     with pytest.raises(TypeError, match="module"):

@@ -7,9 +7,9 @@ from multihead.core.config import ModelConfig, TrainConfig
 
 def test_defaults_and_variants():
     cfg = ModelConfig(vocab_size=10)
-    assert cfg.head_key_size == cfg.d_model // cfg.n_heads == cfg.head_value_size
+    assert cfg.head_sizes() == (cfg.d_model // cfg.n_heads,) * 2
     wide = dataclasses.replace(cfg, n_heads=8, d_key=32)
-    assert wide.head_key_size == 32 and wide.head_value_size == 8
+    assert wide.head_sizes() == (32, 8)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.d_model = 3
 
@@ -22,7 +22,6 @@ def test_defaults_and_variants():
         ({"n_heads": -2}, "n_heads"),
         ({"d_key": 0}, "d_key"),
         ({"dropout": 1.0}, "dropout"),
-        ({"drophead": -0.1}, "drophead"),
         ({"norm": "sandwich"}, "norm"),
         ({"init": "magic"}, "init"),
         ({"init_gain": 0}, "init_gain"),
@@ -41,7 +40,7 @@ def test_model_config_types():
 
 def test_non_divisible_width_with_explicit_sizes_is_fine():
     cfg = ModelConfig(vocab_size=5, d_model=100, n_heads=8, d_key=16, d_value=12)
-    assert cfg.head_key_size == 16
+    assert cfg.head_sizes()[0] == 16
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from multihead.core.attention import MultiHeadAttention, run_with_cache
+from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import ModelConfig
+from multihead.core.hooks import run_with_cache
 from multihead.core.model import EncoderModel
 from multihead.core.talking_heads import TalkingHeadsAttention
 
@@ -92,5 +93,5 @@ def test_bad_mixing_matrix_and_config():
         ModelConfig(vocab_size=3, attention="talking_heads", attn_dropout=0.1)
     with pytest.raises(ValueError, match="attention"):
         ModelConfig(vocab_size=3, attention="linear")
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="mask heads instead"):
         TalkingHeadsAttention(16, 2).prune_heads([0])

@@ -15,6 +15,7 @@ def _model(seed=0):
     return EncoderModel(cfg)
 
 
+@pytest.mark.slow
 def test_training_learns_the_pair_task():
     model = _model()
     x, y = TASK.sample(500, torch.Generator().manual_seed(9))
@@ -105,3 +106,26 @@ def test_on_step_sees_every_step_in_training_mode():
     assert seen == [(s, True) for s in range(5)]
     with pytest.raises(TypeError, match="on_step"):
         train(model, TASK.sample, TrainConfig(steps=1), progress=False, on_step=3)
+
+
+def test_checkpoint_fingerprint_follows_training_code_only(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    import multihead
+    from multihead.core.train import TRAINING_MODULES, code_fingerprint
+
+    pkg = tmp_path / "multihead"
+    shutil.copytree(Path(multihead.__file__).parent, pkg)
+    before = code_fingerprint(pkg)
+    assert before == code_fingerprint()  # the copy hashes like the package itself
+    plotting = pkg / "viz" / "plotting.py"
+    plotting.write_text(plotting.read_text().replace('"""', '"""Edited. ', 1))
+    assert code_fingerprint(pkg) == before  # a docstring edit in viz keeps the cache
+    attention = pkg / "core" / "attention.py"
+    attention.write_text(attention.read_text() + "\n# edited\n")
+    assert code_fingerprint(pkg) != before  # an edit of the model retrains
+    assert all((pkg / rel).is_file() for rel in TRAINING_MODULES)
+    (pkg / "tasks" / "lexicon.py").unlink()
+    with pytest.raises(FileNotFoundError, match="lexicon"):
+        code_fingerprint(pkg)

@@ -1,10 +1,78 @@
-"""multihead: the shared code of the course on multi-head attention."""
+"""multihead: the shared code of the course on multi-head attention.
 
-from multihead.core.attention import HookPoint, MultiHeadAttention, run_with_cache
+The package is in layers, each a subpackage with one role; a module imports only from its
+own layer and the layers before it (``tests/test_layers.py`` checks this):
+
+========================  ==============================================================
+``multihead._checks``     every argument check (and the mask polarities, written once)
+``multihead.core``        the model: attention, hook points, layers, configs, training
+``multihead.tasks``       data with known answers (imports ``core``)
+``multihead.analysis``    pure functions of tensors (imports nothing of the package but
+                          ``_checks``)
+``multihead.interventions``  changing what heads do (imports ``core`` and ``analysis``;
+                          task code comes in as callables)
+``multihead.pretrained``  the packaged MiniLM and its analyses (imports the layers above)
+``multihead.viz``         figures and explorers (imports ``core`` and ``analysis``)
+``multihead.exercises``,  the exercise checkers and the tooling (may import anything)
+``multihead.tools``
+========================  ==============================================================
+
+``CHAPTERS`` says which modules each chapter's notebook uses.
+"""
+
+from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.hooks import HookPoint, run_with_cache, run_with_hooks
 from multihead.core.runtime import device, is_fast, pick, seed_everything
 
+# chapter -> the package modules its notebook imports (checked by tests/test_layers.py)
+CHAPTERS: dict[str, tuple[str, ...]] = {
+    "01_mha_from_scratch": (
+        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
+        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.plotting",
+        "viz.widgets",
+    ),
+    "02_symmetry": (
+        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
+        "core.train", "tasks.synthetic", "interventions.symmetry",
+    ),
+    "03_low_rank_bottleneck": (
+        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime", "core.train",
+        "tasks.synthetic", "analysis.cost", "analysis.lowrank", "viz.widgets",
+    ),
+    "04_talking_heads": (
+        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
+        "core.talking_heads", "core.train", "tasks.synthetic", "analysis.lowrank",
+        "analysis.patternfit",
+    ),
+    "05_head_roles": (
+        "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
+        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.plotting",
+        "viz.roles", "viz.widgets",
+    ),
+    "06_head_diversity": (
+        "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.tagging",
+        "tasks.translation", "analysis.diversity", "analysis.metrics", "analysis.roles",
+        "interventions.ablation",
+    ),
+    "07_pruning": (
+        "core.model", "core.runtime", "core.train", "tasks.corpus", "tasks.translation",
+        "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
+        "interventions.pruning", "viz.plotting", "viz.roles", "tools.timing",
+    ),
+    "08_drophead": (
+        "core.model", "core.runtime", "tasks.translation", "analysis.diversity",
+        "analysis.metrics", "interventions.ablation", "interventions.drophead",
+        "interventions.pruning",
+    ),
+    "09_pretrained_heads": (
+        "core.runtime", "analysis.metrics", "analysis.roles", "pretrained.analysis",
+        "pretrained.load", "viz.plotting",
+    ),
+}  # fmt: skip
+
 __all__ = [
+    "CHAPTERS",
     "HookPoint",
     "ModelConfig",
     "MultiHeadAttention",
@@ -13,6 +81,7 @@ __all__ = [
     "is_fast",
     "pick",
     "run_with_cache",
+    "run_with_hooks",
     "seed_everything",
 ]
 __version__ = "0.1.0"

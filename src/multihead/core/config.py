@@ -11,6 +11,26 @@ NORMS = ("pre", "post")
 ATTENTION_KINDS = ("standard", "talking_heads")
 
 
+def head_sizes(
+    d_model: int, n_heads: int, d_key: int | None = None, d_value: int | None = None
+) -> tuple[int, int]:
+    """The one place where a head's sizes default: ``d_key`` and ``d_value`` are
+    ``d_model // n_heads`` unless given, and then ``n_heads`` must divide ``d_model``.
+
+    Shapes: none.
+    """
+    check_positive_int("d_model", d_model)
+    check_positive_int("n_heads", n_heads)
+    if (d_key is None or d_value is None) and d_model % n_heads:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+            "choose sizes that divide, or pass d_key and d_value explicitly"
+        )
+    d_key = d_model // n_heads if d_key is None else check_positive_int("d_key", d_key)
+    d_value = d_model // n_heads if d_value is None else check_positive_int("d_value", d_value)
+    return d_key, d_value
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes and options of a small Transformer.
@@ -35,7 +55,6 @@ class ModelConfig:
     max_len: int = 64
     dropout: float = 0.0
     attn_dropout: float = 0.0
-    drophead: float = 0.0
     norm: str = "pre"
     attention: str = "standard"
     init: str = "xavier"
@@ -49,12 +68,8 @@ class ModelConfig:
         for name in ("d_key", "d_value", "d_ff", "n_classes"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
-        if (self.d_key is None or self.d_value is None) and self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                "choose sizes that divide, or set d_key and d_value explicitly"
-            )
-        for name in ("dropout", "attn_dropout", "drophead"):
+        head_sizes(self.d_model, self.n_heads, self.d_key, self.d_value)
+        for name in ("dropout", "attn_dropout"):
             check_probability(name, getattr(self, name))
         check_choice("norm", self.norm, NORMS)
         check_choice("attention", self.attention, ATTENTION_KINDS)
@@ -66,15 +81,9 @@ class ModelConfig:
         if not isinstance(self.init_epsilon, (int, float)) or self.init_epsilon < 0:
             raise ValueError(f"init_epsilon={self.init_epsilon!r} must be >= 0")
 
-    @property
-    def head_key_size(self) -> int:
-        """The key size each head actually uses."""
-        return self.d_key if self.d_key is not None else self.d_model // self.n_heads
-
-    @property
-    def head_value_size(self) -> int:
-        """The value size each head actually uses."""
-        return self.d_value if self.d_value is not None else self.d_model // self.n_heads
+    def head_sizes(self) -> tuple[int, int]:
+        """``(d_key, d_value)`` each head actually uses (see ``head_sizes``)."""
+        return head_sizes(self.d_model, self.n_heads, self.d_key, self.d_value)
 
 
 @dataclass(frozen=True)

@@ -13,24 +13,17 @@ import math
 import torch
 from torch import Tensor, nn
 
+from multihead._checks import check_choice
 from multihead.core.attention import MultiHeadAttention
-from multihead.core.config import ModelConfig
+from multihead.core.config import INIT_SCHEMES, ModelConfig
+from multihead.core.talking_heads import TalkingHeadsAttention
 
 
 def _mha(cfg: ModelConfig) -> MultiHeadAttention:
     if cfg.attention == "talking_heads":
-        from multihead.core.talking_heads import TalkingHeadsAttention
-
-        return TalkingHeadsAttention(
-            cfg.d_model, cfg.n_heads, cfg.d_key, cfg.d_value, drophead=cfg.drophead
-        )
+        return TalkingHeadsAttention(cfg.d_model, cfg.n_heads, cfg.d_key, cfg.d_value)
     return MultiHeadAttention(
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.d_key,
-        cfg.d_value,
-        attn_dropout=cfg.attn_dropout,
-        drophead=cfg.drophead,
+        cfg.d_model, cfg.n_heads, cfg.d_key, cfg.d_value, attn_dropout=cfg.attn_dropout
     )
 
 
@@ -221,9 +214,6 @@ def init_model(model: nn.Module, scheme: str = "xavier", gain: float = 1.0, epsi
 
     Shapes: none (modifies parameters in place).
     """
-    from multihead._checks import check_choice
-    from multihead.core.config import INIT_SCHEMES
-
     check_choice("scheme", scheme, INIT_SCHEMES)
     if not isinstance(gain, (int, float)) or gain <= 0:
         raise ValueError(f"gain={gain!r} must be a positive number")
@@ -239,13 +229,17 @@ def init_model(model: nn.Module, scheme: str = "xavier", gain: float = 1.0, epsi
             nn.init.normal_(module.weight)
     if scheme == "xavier":
         return model
-    for name, module in model.named_modules():
-        if not isinstance(module, Layer):
-            continue
+    layers = [
+        (depth, layer)
+        for stack in model.modules()
+        if isinstance(stack, Stack)
+        for depth, layer in enumerate(stack.layers, start=1)  # depth l within its stack
+    ]
+    for depth, module in layers:
         if scheme == "scaled":
             factor = gain
         elif scheme == "ds_init":
-            factor = gain / math.sqrt(int(name.rsplit(".", 1)[-1]) + 1)
+            factor = gain / math.sqrt(depth)
         else:
             factor = 1.0
         for sub in module.modules():

@@ -17,7 +17,27 @@ from tqdm.auto import tqdm
 
 from multihead.core.config import TrainConfig
 from multihead.core.runtime import device as default_device
-from multihead.tasks.synthetic import IGNORE
+
+IGNORE = -100  # target id that losses and accuracies skip (torch's cross-entropy default)
+
+# What a checkpoint depends on: the modules that build, feed or train a cached model. An edit
+# elsewhere (figures, analysis, tooling) keeps the cache; an edit here retrains.
+TRAINING_MODULES = (
+    "_checks.py",
+    "core/attention.py",
+    "core/config.py",
+    "core/hooks.py",
+    "core/model.py",
+    "core/runtime.py",
+    "core/talking_heads.py",
+    "core/train.py",
+    "interventions/drophead.py",
+    "tasks/corpus.py",
+    "tasks/lexicon.py",
+    "tasks/synthetic.py",
+    "tasks/tagging.py",
+    "tasks/translation.py",
+)
 
 Batch = tuple[Tensor, ...]
 Sampler = Callable[[int, torch.Generator], Batch]
@@ -128,10 +148,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MULTIHEAD_CACHE_DIR", Path.home() / ".cache" / "multihead"))
 
 
-def _code_fingerprint() -> str:
-    """A hash of the package's own source: a code change invalidates old checkpoints."""
+def code_fingerprint(package_root: Path | None = None) -> str:
+    """A hash of the source of ``TRAINING_MODULES`` (under ``package_root``, default this
+    package): editing one of them invalidates the cached checkpoints.
+
+    Shapes: none.
+    """
+    root = Path(__file__).resolve().parents[1] if package_root is None else Path(package_root)
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    for rel in TRAINING_MODULES:
+        path = root / rel
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is listed in TRAINING_MODULES but does not exist")
+        h.update(rel.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
@@ -147,7 +176,7 @@ def cached_train(name: str, model: nn.Module, key: object, train_fn: Callable[[]
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name={name!r} must be a short identifier such as 'ch1_model'")
-    digest = hashlib.sha256((repr(key) + _code_fingerprint()).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((repr(key) + code_fingerprint()).encode()).hexdigest()[:16]
     path = cache_dir() / f"{name}-{digest}.pt"
     if path.exists():
         saved = torch.load(path, map_location="cpu", weights_only=False)

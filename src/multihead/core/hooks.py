@@ -1,0 +1,232 @@
+"""Hook points and the one intervention API, in the style of TransformerLens.
+
+A ``HookPoint`` is an identity module: a named place (its module path, e.g.
+``"encoder.layers.0.attn.pattern"``) where a tensor can be read or replaced. Everything that
+looks inside a model or changes what it computes goes through the functions below:
+
+* ``run_with_cache(model, *inputs)`` records hook points;
+* ``run_with_hooks(model, *inputs, fwd_hooks=[(name, fn)], bwd_hooks=[...])`` runs once
+  with hooks; ``hooks(model, ...)`` keeps them for the body of a ``with`` block and
+  ``add_hooks`` until ``.remove()`` (gates and DropHead, which live through training);
+* ``stack_layers(cache, "layers.{}.attn.pattern")`` stacks one hook point over layers.
+
+A hook is ``fn(tensor, name) -> tensor or None``: returning a tensor replaces the
+activation (forward) or the gradient (backward). ``name`` in ``(name, fn)`` is a module path
+or a predicate on paths.
+
+Some hook points exist only on an explicit path: an attention module computes its
+``scores`` and ``pattern`` only when its public flag ``materialize`` is True (otherwise a
+fused kernel never stores them). Such hook points have ``needs_materialize = True``, and the
+functions here set the owner's flag while a hook is attached, so every kind of hook on them
+fires. Registering a torch hook by hand on such a point needs ``materialized(model)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+Hook = Callable[[Tensor, str], Tensor | None]
+NameFilter = str | Callable[[str], bool]
+
+
+class HookPoint(nn.Identity):
+    """An identity module: a named place where hooks read or replace a tensor.
+
+    ``needs_materialize`` marks a point that exists only on its owner's explicit path.
+    """
+
+    def __init__(self, needs_materialize: bool = False) -> None:
+        super().__init__()
+        self.needs_materialize = needs_materialize
+
+
+def _check_model(model: object) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return model
+
+
+def hook_points(model: nn.Module, names: NameFilter | None = None) -> dict[str, HookPoint]:
+    """The hook points of ``model`` whose path is ``names`` (or passes it, if callable).
+
+    Shapes: none.
+    """
+    _check_model(model)
+    if names is not None and not (isinstance(names, str) or callable(names)):
+        raise TypeError("names must be a module path or a callable taking a path -> bool")
+    found = {
+        path: m
+        for path, m in model.named_modules()
+        if isinstance(m, HookPoint)
+        and (names is None or (names == path if isinstance(names, str) else names(path)))
+    }
+    if isinstance(names, str) and not found:
+        raise ValueError(f"{names!r} is not a hook point of the model (see hook_points(model))")
+    return found
+
+
+def _owners(model: nn.Module, paths: Iterable[str]) -> list[nn.Module]:
+    """The modules whose explicit path the hook points at ``paths`` need."""
+    points = dict(model.named_modules())
+    owners = []
+    for path in paths:
+        if getattr(points[path], "needs_materialize", False):
+            owner = model.get_submodule(path.rpartition(".")[0])
+            if owner not in owners:
+                owners.append(owner)
+    return owners
+
+
+@contextmanager
+def materialized(model: nn.Module, paths: Iterable[str] | None = None) -> Iterator[nn.Module]:
+    """Put the attention modules owning the hook points at ``paths`` (default: all) on
+    their explicit path for the body; the flags are restored afterwards.
+
+    Shapes: none.
+    """
+    _check_model(model)
+    paths = list(hook_points(model) if paths is None else paths)
+    owners = _owners(model, paths)
+    saved = [owner.materialize for owner in owners]
+    try:
+        for owner in owners:
+            owner.materialize = True
+        yield model
+    finally:
+        for owner, flag in zip(owners, saved, strict=True):
+            owner.materialize = flag
+
+
+class HookHandles:
+    """Hooks added by ``add_hooks``; ``remove()`` detaches them and restores the flags."""
+
+    def __init__(self, handles: list, owners: list[tuple[nn.Module, bool]]) -> None:
+        self._handles, self._owners = handles, owners
+
+    def remove(self) -> None:
+        """Detach every hook (safe to call twice). Shapes: none."""
+        for handle in self._handles:
+            handle.remove()
+        for owner, flag in self._owners:
+            owner.materialize = flag
+        self._handles, self._owners = [], []
+
+
+def add_hooks(
+    model: nn.Module,
+    fwd_hooks: Iterable[tuple[NameFilter, Hook]] = (),
+    bwd_hooks: Iterable[tuple[NameFilter, Hook]] = (),
+) -> HookHandles:
+    """Attach forward hooks (on the activation) and backward hooks (on its gradient) to the
+    hook points they name, until ``.remove()``.
+
+    Shapes: as each hook point documents.
+    """
+    _check_model(model)
+    handles, paths = [], []
+    for kind, pairs in (("fwd", fwd_hooks), ("bwd", bwd_hooks)):
+        for pair in pairs:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and callable(pair[1])):
+                raise TypeError(f"{kind}_hooks must hold (name, fn) pairs with fn(tensor, name)")
+            names, fn = pair
+            for path, point in hook_points(model, names).items():
+                handles.append(point.register_forward_hook(_wrap(fn, path, kind)))
+                paths.append(path)
+    owners = _owners(model, paths)
+    saved = [(owner, owner.materialize) for owner in owners]
+    for owner in owners:
+        owner.materialize = True
+    return HookHandles(handles, saved)
+
+
+def _wrap(fn: Hook, path: str, kind: str):
+    if kind == "fwd":
+
+        def forward_hook(_module: nn.Module, _args: object, output: Tensor):
+            return fn(output, path)
+
+        return forward_hook
+
+    def backward_via_tensor(_module: nn.Module, _args: object, output: Tensor) -> None:
+        if output.requires_grad:
+            output.register_hook(lambda grad: fn(grad, path))
+
+    return backward_via_tensor
+
+
+@contextmanager
+def hooks(
+    model: nn.Module,
+    fwd_hooks: Iterable[tuple[NameFilter, Hook]] = (),
+    bwd_hooks: Iterable[tuple[NameFilter, Hook]] = (),
+) -> Iterator[nn.Module]:
+    """``add_hooks`` for the body of a ``with`` block. Shapes: none."""
+    handles = add_hooks(model, fwd_hooks, bwd_hooks)
+    try:
+        yield model
+    finally:
+        handles.remove()
+
+
+def run_with_hooks(
+    model: nn.Module,
+    *inputs: object,
+    fwd_hooks: Iterable[tuple[NameFilter, Hook]] = (),
+    bwd_hooks: Iterable[tuple[NameFilter, Hook]] = (),
+    **kwargs: object,
+) -> object:
+    """Run ``model(*inputs, **kwargs)`` once with the hooks attached; returns its output.
+    Backward hooks fire when the caller later calls ``backward`` on that output.
+
+    Shapes: as ``model``'s forward.
+    """
+    with hooks(model, fwd_hooks, bwd_hooks):
+        return model(*inputs, **kwargs)
+
+
+def run_with_cache(
+    model: nn.Module,
+    *inputs: object,
+    names_filter: Callable[[str], bool] | None = None,
+    **kwargs: object,
+) -> tuple[object, dict[str, Tensor]]:
+    """Run ``model(*inputs, **kwargs)`` and record every hook point it passes through.
+
+    The cache maps module paths to detached tensors, e.g. ``"encoder.layers.0.attn.pattern"``
+    of shape ``(batch, heads, query, key)``. ``names_filter`` keeps only some paths (and
+    lets the layers whose pattern is not recorded keep their fused path).
+
+    Shapes: as ``model``'s forward; cache values as documented at each hook point.
+    """
+    if names_filter is not None and not callable(names_filter):
+        raise TypeError("names_filter must be a callable taking a module path and returning bool")
+    cache: dict[str, Tensor] = {}
+
+    def record(tensor: Tensor, name: str) -> None:
+        cache[name] = tensor.detach()
+
+    names = names_filter if names_filter is not None else (lambda _path: True)
+    output = run_with_hooks(model, *inputs, fwd_hooks=[(names, record)], **kwargs)
+    return output, cache
+
+
+def stack_layers(cache: dict[str, Tensor], template: str) -> Tensor:
+    """Stack the cached tensors ``template.format(i)`` for ``i = 0, 1, ...`` (as long as
+    they exist), e.g. ``stack_layers(cache, "encoder.layers.{}.attn.pattern")``.
+
+    Shapes: n tensors of shape S -> (n, *S).
+    """
+    if not isinstance(cache, dict):
+        raise TypeError(f"cache must be the dict of run_with_cache, got {type(cache).__name__}")
+    if not isinstance(template, str) or "{}" not in template:
+        raise ValueError(f"template={template!r} must contain '{{}}' where the layer index goes")
+    found = []
+    while template.format(len(found)) in cache:
+        found.append(cache[template.format(len(found))])
+    if not found:
+        raise ValueError(f"the cache has no {template.format(0)!r}; record it first")
+    return torch.stack(found)
