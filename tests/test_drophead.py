@@ -3,21 +3,22 @@ import torch
 
 from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import ModelConfig
+from multihead.core.hooks import run_with_cache
 from multihead.core.model import EncoderModel, attention_modules
 from multihead.interventions.drophead import (
+    DropHead,
+    drophead_gate,
     drophead_rate,
     drophead_schedule,
     gate_moments,
     head_outputs,
     injected_variance,
-    set_drophead,
 )
 
 
 def _gates(h, p, n=40000):
     torch.manual_seed(0)
-    attn = MultiHeadAttention(8 * h, h, drophead=p)
-    return attn.drophead_gate(n, torch.device("cpu"), torch.float64)  # (n, heads)
+    return drophead_gate(n, h, p, dtype=torch.float64)  # (n, heads)
 
 
 @pytest.mark.parametrize("h,p", [(4, 0.3), (2, 0.5), (8, 0.1)])
@@ -57,8 +58,6 @@ def test_head_outputs_sum_to_the_layer_output():
     torch.manual_seed(2)
     attn = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 5, 16)
-    from multihead.core.attention import run_with_cache
-
     out, cache = run_with_cache(attn, x)
     parts = head_outputs(attn, cache["z"])
     assert parts.shape == (2, 4, 5, 16)
@@ -74,11 +73,13 @@ def test_rates_and_schedules():
     assert drophead_rate(10, 11, 0.2, "v", turn=5) == pytest.approx(0.2)
     assert drophead_rate(3, 11, 0.2, "v", turn=5) == pytest.approx(0.2 * 2 / 5)
     model = EncoderModel(ModelConfig(vocab_size=5, d_model=16, n_heads=4, n_layers=2))
-    set_drophead(model, 0.25)
-    assert all(a.drophead == 0.25 for _, a in attention_modules(model))
     cb = drophead_schedule(0.3, 11, "v", turn=5)
+    cb(model, 0)
+    assert cb.drophead.p == pytest.approx(0.3)
     cb(model, 5)
-    assert all(a.drophead == 0.0 for _, a in attention_modules(model))
+    assert cb.drophead.p == 0.0
+    cb.remove()
+    assert cb.drophead is None
 
 
 def test_bad_input():
@@ -95,9 +96,9 @@ def test_bad_input():
     with pytest.raises(TypeError, match="n_heads"):
         gate_moments(4.0, 0.1)
     with pytest.raises(ValueError, match="p="):
-        set_drophead(EncoderModel(ModelConfig(vocab_size=5, d_model=16)), 1.5)
+        DropHead(EncoderModel(ModelConfig(vocab_size=5, d_model=16)), 1.5)
     with pytest.raises(ValueError, match="model"):
-        set_drophead("model", 0.1)
+        DropHead("model", 0.1)
     with pytest.raises(ValueError, match="at least 2 heads"):
         injected_variance(torch.zeros(1, 1, 2, 3), 0.1)
     with pytest.raises(ValueError, match="p="):
@@ -105,9 +106,54 @@ def test_bad_input():
 
 
 def test_drophead_gate_generator_and_bad_batch():
-    attn = MultiHeadAttention(16, 4, drophead=0.4)
-    a = attn.drophead_gate(50, generator=torch.Generator().manual_seed(5))
-    b = attn.drophead_gate(50, generator=torch.Generator().manual_seed(5))
+    a = drophead_gate(50, 4, 0.4, generator=torch.Generator().manual_seed(5))
+    b = drophead_gate(50, 4, 0.4, generator=torch.Generator().manual_seed(5))
     assert torch.equal(a, b) and a.shape == (50, 4)
     with pytest.raises(ValueError, match="batch"):
-        attn.drophead_gate(0)
+        drophead_gate(0, 4, 0.4)
+
+
+def test_drophead_is_off_in_eval_and_unbiased_in_training():
+    torch.manual_seed(0)
+    model = EncoderModel(ModelConfig(vocab_size=5, d_model=16, n_heads=4, n_layers=2))
+    x = torch.randint(5, (8, 6))
+    model.eval()
+    plain = model(x)
+    drop = DropHead(model, 0.5)
+    assert torch.equal(model(x), plain)  # a no-op in eval mode
+    model.train()
+    torch.manual_seed(1)
+    assert not torch.allclose(model(x), plain)
+    # The gate multiplies z: run one layer and compare with the gate drawn from the same seed.
+    attn = attention_modules(model)[0][1]
+    q = torch.randn(3, 6, 16)
+    torch.manual_seed(2)
+    out = attn(q)
+    torch.manual_seed(2)
+    gate = drophead_gate(3, 4, 0.5)
+    with torch.no_grad():
+        drop.p = 0.0
+        _, cache = run_with_cache(attn, q)
+    z = cache["z"] * gate[:, :, None, None]
+    want = z.transpose(1, 2).reshape(3, 6, 16) @ attn.W_O.reshape(16, 16) + attn.b_O
+    assert torch.allclose(out, want, atol=1e-5)
+    drop.remove()
+    model.train()
+    assert torch.allclose(model.eval()(x), plain)
+
+
+def test_drophead_schedule_attaches_once():
+    # A constant schedule attaches the same gate as DropHead itself, before the first step.
+    torch.manual_seed(0)
+    model = EncoderModel(ModelConfig(vocab_size=5, d_model=16, n_heads=4, n_layers=1))
+    cb = drophead_schedule(0.2, 10)
+    cb(model, 0)
+    assert isinstance(cb.drophead, DropHead) and cb.drophead.p == pytest.approx(0.2)
+    cb(model, 1)  # attaches once only
+    model.train()
+    calls = []
+    handle = attention_modules(model)[0][1].z.register_forward_hook(lambda *a: calls.append(1))
+    model(torch.randint(5, (2, 3)))
+    handle.remove()
+    cb.remove()
+    assert calls == [1]

@@ -5,18 +5,27 @@ import torch
 import torch.nn.functional as F
 
 from multihead.core.config import ModelConfig
+from multihead.core.hooks import hooks
 from multihead.core.model import EncoderDecoder, attention_modules, count_parameters
-from multihead.interventions.ablation import full_masks, head_masks
+from multihead.core.talking_heads import TalkingHeadsAttention
+from multihead.interventions.ablation import differentiable_masks, full_masks, head_masks
 from multihead.interventions.pruning import (
     PruningCurve,
-    count_heads,
     head_confidences,
     head_importance,
     iterative_pruning,
     keep_one_head,
     prune_model,
 )
-from multihead.tasks.translation import Encoded, teacher_forced
+from multihead.tasks.translation import (
+    Encoded,
+    batches,
+    confidence_queries,
+    count_heads,
+    per_sentence_loss,
+    run_batch,
+    teacher_forced,
+)
 
 PATHS = [
     "encoder.layers.0.attn",
@@ -37,6 +46,21 @@ def _model(seed: int = 0) -> EncoderDecoder:
     return EncoderDecoder(cfg).eval()
 
 
+def _importance(model, data, batch_size=500, **kw):
+    return head_importance(model, batches(data, batch_size), per_sentence_loss, **kw)
+
+
+def _confidences(model, data):
+    return head_confidences(model, batches(data), run_batch, confidence_queries)
+
+
+def _curve(model, score_data, eval_data, order="importance", **kw):
+    score = {"importance": lambda m: _importance(m, score_data), "random": None}.get(
+        order, lambda m: _confidences(m, score_data)
+    )
+    return iterative_pruning(model, lambda m: teacher_forced(m, eval_data), score, **kw)
+
+
 def _data(n: int = 12, seed: int = 0) -> Encoded:
     gen = torch.Generator().manual_seed(seed)
     src = torch.randint(2, 9, (n, 7), generator=gen)
@@ -52,7 +76,7 @@ def test_importance_shapes_normalisation_and_model_unchanged():
     model, data = _model(), _data()
     before = copy.deepcopy(model.state_dict())
     model.train()
-    imp = head_importance(model, data, batch_size=5)
+    imp = _importance(model, data, batch_size=5)
     assert model.training  # mode restored
     assert list(imp) == PATHS
     assert all(v.shape == (4,) and bool((v >= 0).all()) for v in imp.values())
@@ -62,48 +86,40 @@ def test_importance_shapes_normalisation_and_model_unchanged():
     assert all(p.grad is None for p in model.parameters())
 
 
+@pytest.mark.slow
 def test_importance_matches_mask_gradient_per_sentence():
     """I_h = mean_x |dL(x)/d xi_h| with the mask as a leaf, one sentence at a time."""
     model, data = _model(1), _data(6, seed=1)
-    got = head_importance(model, data, normalize=False, batch_size=4)
+    got = _importance(model, data, normalize=False, batch_size=4)
     modules = dict(attention_modules(model))
     want = {n: torch.zeros(4) for n in modules}
     for i in range(len(data.src)):
         src, tgt = data.src[i : i + 1], data.tgt[i : i + 1]
-        xis = {n: torch.ones(4, requires_grad=True) for n in modules}
-        for n, m in modules.items():
-            m.head_mask = xis[n]  # a leaf we can differentiate
-        logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
+        xis = differentiable_masks(model)  # leaves we can differentiate
+        with head_masks(model, xis):
+            logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
         keep = tgt[0, 1:] != 0
         loss = F.cross_entropy(logits[0][keep], tgt[0, 1:][keep])
         grads = torch.autograd.grad(loss, list(xis.values()))
         for n, g in zip(modules, grads, strict=True):
             want[n] += g.abs() / len(data.src)
-        for m in modules.values():
-            m.head_mask = torch.ones(4)
+    assert all(not m.head_mask.requires_grad for m in modules.values())  # masks restored
     for n in modules:
         assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), n
 
 
 def test_importance_matches_taylor_formula_through_z_hook():
     """The same numbers as |sum A_h * dL/dA_h| with A_h the head output read at ``z``."""
-    from multihead.core.attention import run_with_cache  # noqa: F401  (the hook point we use)
-
     model, data = _model(2), _data(1, seed=2)
-    got = head_importance(model, data, normalize=False)
+    got = _importance(model, data, normalize=False)
     zs = {}
-    hooks = [
-        m.z.register_forward_hook(lambda _m, _a, out, n=n: zs.__setitem__(n, out))
-        for n, m in attention_modules(model)
-    ]
     src, tgt = data.src, data.tgt
-    logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
+    with hooks(model, [(lambda n: n.endswith(".z"), lambda z, n: zs.__setitem__(n[:-2], z))]):
+        logits = model(src, tgt[:, :-1], src_padding_mask=src == 0)
     keep = tgt[0, 1:] != 0
     loss = F.cross_entropy(logits[0][keep], tgt[0, 1:][keep])
     names = list(zs)
     grads = torch.autograd.grad(loss, [zs[n] for n in names])
-    for h in hooks:
-        h.remove()
     for n, g in zip(names, grads, strict=True):
         taylor = (zs[n] * g).sum(dim=(0, 2, 3)).abs().detach()  # (heads,)
         assert torch.allclose(got[n], taylor, atol=1e-6, rtol=1e-4)
@@ -114,26 +130,28 @@ def test_importance_of_masked_head_is_zero():
     masks = full_masks(model)
     masks["encoder.layers.1.attn"][2] = 0.0
     with head_masks(model, masks):
-        imp = head_importance(model, data, normalize=False)
+        imp = _importance(model, data, normalize=False)
     assert imp["encoder.layers.1.attn"][2] == 0
     assert (imp["encoder.layers.1.attn"][[0, 1, 3]] > 0).all()
 
 
 def test_confidences_shapes_and_range():
-    conf = head_confidences(_model(), _data())
+    conf = _confidences(_model(), _data())
     assert list(conf) == PATHS
     assert all(v.shape == (4,) and bool(((v > 0) & (v <= 1)).all()) for v in conf.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["importance", "random", "confidence"])
 def test_iterative_pruning_curve(order):
     model, data = _model(), _data()
     x = (data.src[:2], data.tgt[:2, :-1])
     before = model(*x)
-    curve = iterative_pruning(model, data, data, order=order, fraction_per_step=0.1, seed=3)
-    assert isinstance(curve, PruningCurve) and curve.order == order
+    curve = _curve(model, data, data, order=order, fraction_per_step=0.1, seed=3)
+    assert isinstance(curve, PruningCurve)
+    assert curve.order == ("random" if order == "random" else "score")
     n = len(curve.fraction)
-    assert len(curve.loss) == len(curve.token_acc) == len(curve.masks) == n
+    assert len(curve.metric("loss")) == len(curve.metric("token_acc")) == len(curve.masks) == n
     assert curve.fraction[0] == 0.0
     assert all(b > a for a, b in zip(curve.fraction, curve.fraction[1:], strict=False))
     # 24 heads, 10% per step = 2 heads; it stops when each of the 6 modules has one head.
@@ -141,14 +159,15 @@ def test_iterative_pruning_curve(order):
     assert all(int(m.sum()) == 1 for m in curve.masks[-1].values())
     for a, b in zip(curve.masks, curve.masks[1:], strict=False):  # heads only ever leave
         assert all(bool((b[k] <= a[k]).all()) for k in a)
-    assert curve.loss[0] == pytest.approx(teacher_forced(model, data)["loss"])
+    assert curve.metric("loss")[0] == pytest.approx(teacher_forced(model, data)["loss"])
     assert torch.equal(model(*x), before)  # masks restored
 
 
+@pytest.mark.slow
 def test_iterative_pruning_importance_removes_least_important_first():
     model, data = _model(), _data()
-    imp = head_importance(model, data)
-    curve = iterative_pruning(model, data, data, fraction_per_step=1 / 24)
+    imp = _importance(model, data)
+    curve = _curve(model, data, data, fraction_per_step=1 / 24)
     first = {(k, int(h)) for k, m in curve.masks[1].items() for h in (m == 0).nonzero().flatten()}
     flat = [(float(v[h]), k, h) for k, v in imp.items() for h in range(4)]
     assert first == {min(flat)[1:]}
@@ -176,19 +195,28 @@ def test_prune_model_equals_masked_model():
 
 def test_bad_inputs():
     model, data = _model(), _data()
-    with pytest.raises(ValueError, match="order"):
-        iterative_pruning(model, data, data, order="largest")
+    evaluate = lambda m: teacher_forced(m, data)  # noqa: E731
     for bad in (0, 0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match="fraction_per_step"):
-            iterative_pruning(model, data, data, fraction_per_step=bad)
-    with pytest.raises(TypeError, match="score_data"):
-        iterative_pruning(model, (data.src, data.tgt), data)
+            iterative_pruning(model, evaluate, fraction_per_step=bad)
+    with pytest.raises(TypeError, match="evaluate"):
+        iterative_pruning(model, data)
+    with pytest.raises(TypeError, match="score"):
+        iterative_pruning(model, evaluate, score="importance")
     with pytest.raises(TypeError, match="model"):
-        head_importance(torch.nn.Linear(2, 2), data)
+        head_importance("model", batches(data), per_sentence_loss)
+    with pytest.raises(ValueError, match="no MultiHeadAttention"):
+        head_importance(torch.nn.Linear(2, 2), batches(data), per_sentence_loss)
+    with pytest.raises(TypeError, match="per_example_loss"):
+        head_importance(model, batches(data), "loss")
+    with pytest.raises(ValueError, match="batches is empty"):
+        head_importance(model, [], per_sentence_loss)
+    with pytest.raises(TypeError, match="queries"):
+        head_confidences(model, batches(data), run_batch, None)
     with pytest.raises(TypeError, match="data"):
-        head_importance(model, data.src)
+        list(batches(data.src))
     with pytest.raises(ValueError, match="batch_size"):
-        head_importance(model, data, batch_size=0)
+        list(batches(data, 0))
     masks = full_masks(model)
     masks["encoder.layers.1.attn"] = torch.zeros(4)
     with pytest.raises(ValueError, match="every head"):
@@ -200,6 +228,17 @@ def test_bad_inputs():
         prune_model(model, {"encoder.layers.9.attn": torch.ones(4)})
     with pytest.raises(ValueError, match="only 0"):
         prune_model(model, {"encoder.layers.0.attn": torch.tensor([1.0, 0.5, 1.0, 1.0])})
+
+
+def test_pruning_talking_heads_says_what_to_do_instead():
+    cfg = ModelConfig(vocab_size=9, d_model=16, n_heads=4, n_layers=1, attention="talking_heads")
+    model = EncoderDecoder(cfg)
+    masks = {"encoder.layers.0.attn": torch.tensor([1.0, 0.0, 1.0, 1.0])}
+    assert isinstance(
+        dict(attention_modules(model))["encoder.layers.0.attn"], TalkingHeadsAttention
+    )
+    with pytest.raises(ValueError, match="mask heads instead"):
+        prune_model(model, masks)
 
 
 def test_keep_one_head():

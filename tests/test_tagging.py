@@ -25,7 +25,7 @@ def corpus():
 def test_tagging_data_shapes_and_labels(corpus):
     data = tagging_data(corpus, corpus.valid[:5])
     assert data.src.shape == data.labels.shape
-    assert ((data.labels == IGNORE) == ~data.query_mask).all()
+    assert ((data.labels == IGNORE) == ~data.real_tokens).all()
     first = corpus.valid[0]
     assert data.labels[0, : len(first)].tolist() == [RELATIONS.index(r) for r in first.rels]
 
@@ -40,6 +40,7 @@ def test_build_tagger_is_reproducible_and_patterns_have_layers(corpus):
     assert torch.allclose(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_train_tagger_learns_and_caches(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)

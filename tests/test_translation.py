@@ -5,13 +5,16 @@ import torch
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderDecoder
+from multihead.interventions.ablation import head_masks, leave_one_out
 from multihead.tasks.corpus import make_corpus
 from multihead.tasks.translation import (
     BOS_ID,
     PAD_ID,
-    ablate_encoder_heads,
+    attention_kind,
+    count_heads,
     encode,
     encoder_internals,
+    encoder_paths,
     greedy_accuracy,
     sampler,
     seq2seq_loss,
@@ -74,8 +77,15 @@ def test_internals_and_ablation_restore_the_model(corpus, model):
     assert torch.allclose(pattern.sum(-1), torch.ones(2, b, 2, s))
     assert (pattern.masked_select(data.src_padding_mask[None, :, None, None, :]) == 0).all()
     before = teacher_forced(model, data)
-    out = ablate_encoder_heads(model, data)
+    earlier = {"decoder.layers.0.attn": torch.tensor([1.0, 0.0])}  # a mask already in place
+    with head_masks(model, earlier):
+        masked = teacher_forced(model, data)
+        out = leave_one_out(model, lambda m: teacher_forced(m, data), encoder_paths(model))
+        assert teacher_forced(model, data) == masked  # the earlier mask survives
     assert out["loss"].shape == (2, 2) and out["token_acc"].shape == (2, 2)
+    with head_masks(model, {"encoder.layers.1.attn": torch.tensor([0.0, 1.0]), **earlier}):
+        one = teacher_forced(model, data)
+    assert out["loss"][1, 0].item() == pytest.approx(one["loss"] - masked["loss"])
     assert teacher_forced(model, data) == before
     assert all((layer.attn.head_mask == 1).all() for layer in model.encoder.layers)
     with pytest.raises(TypeError, match="EncoderDecoder"):
@@ -115,3 +125,16 @@ def test_train_translation_model_rejects_bad_input():
         train_translation_model(corpus, model_config=small)
     with pytest.raises(ValueError, match="on_step_key"):
         train_translation_model(corpus, on_step=lambda m, s: None)
+
+
+def test_attention_paths_are_classified():
+    assert attention_kind("encoder.layers.3.attn") == "encoder"
+    assert attention_kind("decoder.layers.0.attn") == "decoder"
+    assert attention_kind("decoder.layers.0.cross_attn") == "cross"
+    with pytest.raises(ValueError, match="not an attention path"):
+        attention_kind("layers.0.attn")
+    masks = {
+        "encoder.layers.0.attn": torch.tensor([1.0, 0.0]),
+        "decoder.layers.0.cross_attn": torch.ones(2),
+    }
+    assert count_heads(masks) == {"encoder": 1, "decoder": 0, "cross": 2}

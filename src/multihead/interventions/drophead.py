@@ -1,22 +1,23 @@
-"""DropHead (Zhou et al. 2020): the exact moments of its per-head gates, the noise it adds
-to a layer's output, and the constant and V-shaped schedules of the drop rate.
+"""DropHead (Zhou et al. 2020): the gate, the exact moments of its per-head multipliers, the
+noise it adds to a layer's output, and the constant and V-shaped schedules of the drop rate.
 
-The gate itself lives in ``MultiHeadAttention`` (option ``drophead``): in training, each
-head of each example is kept with probability ``1 - p``, the kept heads are multiplied by
-``h / K`` (``K`` = number kept) and, if all were dropped, one random head is kept with
-factor ``h``. This module holds what the DropHead chapter derives about that rule.
+In training, each head of each example is kept with probability ``1 - p``, the kept heads
+are multiplied by ``h / K`` (``K`` = number kept) and, if all were dropped, one random head
+is kept with factor ``h``. ``DropHead`` applies this gate to every attention module of a
+model through a forward hook on its ``z`` hook point (``multihead.core.hooks``), so the
+attention module itself knows nothing of it; in eval mode the hook does nothing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from multihead._checks import check_choice, check_positive_int, check_probability
+from multihead._checks import check_choice, check_int, check_positive_int, check_probability
 from multihead.core.attention import MultiHeadAttention
+from multihead.core.hooks import HookHandles, add_hooks
 from multihead.core.model import attention_modules
 
 SCHEDULES = ("constant", "v")
@@ -93,8 +94,7 @@ def drophead_rate(step: int, total: int, p: float, schedule: str = "constant", t
     p = check_probability("p", p)
     total = check_positive_int("total", total)
     for name, value in (("step", step), ("turn", turn)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < total:
-            raise ValueError(f"{name}={value!r} must be an int in [0, total={total})")
+        check_int(name, value, 0, total)
     if schedule == "constant":
         return p
     if step < turn:
@@ -103,27 +103,94 @@ def drophead_rate(step: int, total: int, p: float, schedule: str = "constant", t
     return p * (step - turn) / rest if rest else p
 
 
-def set_drophead(model: nn.Module, p: float) -> None:
-    """Set the DropHead rate of every attention module of ``model``. Shapes: none."""
+def drophead_gate(
+    batch: int,
+    n_heads: int,
+    p: float,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """DropHead's per-example, per-head multiplier at rate ``p``: 0 for a dropped head, and
+    the kept heads rescaled by ``n_heads / n_kept``; if every head of an example was dropped,
+    one of them (at random) is kept with factor ``n_heads``.
+
+    Shapes: -> (batch, heads).
+    """
+    check_positive_int("batch", batch)
+    check_positive_int("n_heads", n_heads)
     p = check_probability("p", p)
-    modules = attention_modules(model) if isinstance(model, nn.Module) else []
-    if not modules:
-        raise ValueError("model must be a torch.nn.Module with MultiHeadAttention modules")
-    for _, attn in modules:
-        attn.drophead = p
+    keep = torch.rand(batch, n_heads, generator=generator, device=device) >= p
+    # Never drop every head of an example: keep one at random instead.
+    empty = ~keep.any(dim=1)
+    if empty.any():
+        n_empty = int(empty.sum())
+        rescue = torch.randint(n_heads, (n_empty,), generator=generator, device=device)
+        keep[empty.nonzero().squeeze(1), rescue] = True
+    scale = n_heads / keep.sum(dim=1, keepdim=True).to(dtype)  # (batch, 1)
+    return keep.to(dtype) * scale
+
+
+class DropHead:
+    """DropHead at rate ``p`` on every attention module of ``model`` (in training mode only),
+    through a forward hook on each module's ``z``. Change ``p`` at any time (a schedule);
+    ``remove()`` detaches the hooks.
+
+    Shapes: z (batch, heads, seq, d_value) -> the same, each head times its gate.
+    """
+
+    def __init__(self, model: nn.Module, p: float) -> None:
+        modules = attention_modules(model) if isinstance(model, nn.Module) else []
+        if not modules:
+            raise ValueError("model must be a torch.nn.Module with MultiHeadAttention modules")
+        self.p = check_probability("p", p)
+        self._owners = {f"{path}.z": attn for path, attn in modules}
+        self._handles: HookHandles = add_hooks(model, [(lambda n: n in self._owners, self._gate)])
+
+    def _gate(self, z: Tensor, name: str) -> Tensor | None:
+        if not (self._owners[name].training and self.p > 0):
+            return None  # keep z as it is
+        gate = drophead_gate(z.shape[0], z.shape[1], self.p, device=z.device, dtype=z.dtype)
+        return z * gate[:, :, None, None]
+
+    def remove(self) -> None:
+        """Detach the hooks. Shapes: none."""
+        self._handles.remove()
+
+
+class DropHeadSchedule:
+    """An ``on_step(model, step)`` callback for ``multihead.core.train.train``: on the first
+    step it attaches ``DropHead`` to the model, and before every step it sets the rate
+    ``drophead_rate(step, total, p, schedule, turn)``. ``remove()`` detaches DropHead.
+
+    Shapes: none.
+    """
+
+    def __init__(self, p: float, total: int, schedule: str = "constant", turn: int = 0) -> None:
+        drophead_rate(0, total, p, schedule, turn)  # validate once, up front
+        self.p, self.total, self.schedule, self.turn = p, total, schedule, turn
+        self.drophead: DropHead | None = None
+
+    def __call__(self, model: nn.Module, step: int) -> None:
+        rate = drophead_rate(step, self.total, self.p, self.schedule, self.turn)
+        if self.drophead is None:
+            self.drophead = DropHead(model, rate)
+        self.drophead.p = rate
+
+    def remove(self) -> None:
+        """Detach the DropHead hooks, if attached. Shapes: none."""
+        if self.drophead is not None:
+            self.drophead.remove()
+            self.drophead = None
 
 
 def drophead_schedule(
     p: float, total: int, schedule: str = "constant", turn: int = 0
-) -> Callable[[nn.Module, int], None]:
-    """An ``on_step(model, step)`` callback for ``multihead.core.train.train`` that sets the
-    rate of ``drophead_rate`` before each step.
+) -> DropHeadSchedule:
+    """DropHead during training at rate ``p`` (``"constant"``) or on the V schedule: pass
+    the result as ``on_step`` to ``train`` or ``train_translation_model``.
 
     Shapes: none.
     """
-    drophead_rate(0, total, p, schedule, turn)  # validate once, up front
-
-    def on_step(model: nn.Module, step: int) -> None:
-        set_drophead(model, drophead_rate(step, total, p, schedule, turn))
-
-    return on_step
+    return DropHeadSchedule(p, total, schedule, turn)

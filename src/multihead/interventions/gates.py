@@ -10,9 +10,9 @@ turns it into exact zeros and ones, while inside (0, 1) ``g`` is a smooth functi
 ``log_alpha`` (the reparameterisation trick). ``P(g > 0)`` has a closed form, so the expected
 number of open gates, the L0 penalty, is differentiable.
 
-Gates act on a model through each attention module's ``head_mask`` (``attach_gates``): a
-forward pre-hook sets the mask to ``base mask * gate`` before every forward, so no model
-code changes, and ``HeadGates.remove`` puts the old masks back.
+Gates act on a model through the hook API (``attach_gates``): a forward hook on each gated
+module's ``z`` multiplies every head's output by its gate, on top of the module's
+``head_mask``, so no model code changes, and ``HeadGates.remove`` detaches the hooks.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from multihead._checks import check_positive_int
-from multihead.core.attention import MultiHeadAttention
+from multihead.core.hooks import add_hooks
 from multihead.core.model import attention_modules
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
@@ -156,12 +156,12 @@ class HardConcreteGate(nn.Module):
 
 
 class HeadGates(nn.Module):
-    """One ``HardConcreteGate`` per attention module, wired into a model by forward pre-hooks.
+    """One ``HardConcreteGate`` per attention module, wired into a model by forward hooks on
+    each gated module's ``z`` hook point.
 
-    Before each forward of a gated module its ``head_mask`` becomes ``base * gate``, where
-    ``base`` is the mask it had when attached; the gate samples while the attention module
-    is in training mode and is 0/1 in eval mode. ``remove()`` detaches the hooks and puts
-    the base masks back.
+    Each head's output is multiplied by its gate (and, as always, by the module's
+    ``head_mask``, the *base* mask); the gate samples while the attention module is in
+    training mode and is 0/1 in eval mode. ``remove()`` detaches the hooks.
 
     Shapes: masks() -> {path: (heads,)}.
     """
@@ -187,19 +187,20 @@ class HeadGates(nn.Module):
             }
         )
         self._modules_ref = {n: modules[n] for n in names}
-        self._base = {n: modules[n].head_mask.detach().clone() for n in names}
-        self._handles = [modules[n].register_forward_pre_hook(self._make_hook(n)) for n in names]
         self.to(next(model.parameters()).device)
+        points = {f"{n}.z": n for n in names}
+        self._handles = add_hooks(model, [(lambda path: path in points, self._hook(points))])
 
     def gate(self, name: str) -> HardConcreteGate:
         """The gate of one attention module. Shapes: none."""
         return self.gates[name.replace(".", "/")]
 
-    def _make_hook(self, name: str):
-        def hook(module: MultiHeadAttention, _args: object) -> None:
+    def _hook(self, points: dict[str, str]):
+        def hook(z: Tensor, path: str) -> Tensor:
+            name = points[path]
             gate = self.gate(name)
-            gate.train(module.training)
-            module.head_mask = self._base[name].to(module.W_O.device) * gate()
+            gate.train(self._modules_ref[name].training)
+            return z * gate()[:, None, None]  # (batch, heads, seq, d_value) times (heads,)
 
         return hook
 
@@ -210,15 +211,14 @@ class HeadGates(nn.Module):
     @torch.no_grad()
     def masks(self) -> dict[str, Tensor]:
         """The deterministic (test-time) gates times the base masks. Shapes: {path: (heads,)}."""
-        return {n: (self._base[n].cpu() * self.gate(n).eval()().cpu()).float() for n in self.names}
+        return {
+            n: (self._modules_ref[n].head_mask.cpu() * self.gate(n).eval()().cpu()).float()
+            for n in self.names
+        }
 
     def remove(self) -> None:
-        """Detach the hooks and restore the masks the modules had when the gates attached."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        for n, module in self._modules_ref.items():
-            module.head_mask = self._base[n].to(module.W_O.device).clone()
+        """Detach the hooks (the modules' own head masks were never changed)."""
+        self._handles.remove()
 
 
 def attach_gates(model: nn.Module, names: list[str] | None = None, **gate_kwargs) -> HeadGates:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multihead.analysis.metrics import head_distance_matrix
+from multihead.analysis.diversity import pairwise_head_distances
 from multihead.core.attention import MultiHeadAttention
 
 _QKV = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
@@ -75,7 +75,7 @@ def pattern_spread(pattern: Tensor) -> Tensor:
 
     Shapes: (batch, heads, query, key) -> scalar tensor.
     """
-    d = head_distance_matrix(pattern)  # (heads, heads)
+    d = pairwise_head_distances(pattern)  # (heads, heads)
     h = d.shape[0]
     if h < 2:
         raise ValueError(f"pattern has {h} head; the spread needs at least two")

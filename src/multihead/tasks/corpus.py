@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import accumulate
 
+import torch
+
 from multihead._checks import check_positive_int
 from multihead.tasks.lexicon import (
     ADJECTIVES,
@@ -303,3 +305,31 @@ def render(sentence: Sentence) -> str:
         rank = f"  rank {sentence.ranks[i]}" if sentence.ranks else ""
         lines.append(f"  {i:>2} {w:<10} {p:<5} {r:<6} <- {head}{rank}")
     return "\n".join(lines)
+
+
+def gold_tensors(sentences: list[Sentence] | tuple, seq_len: int | None = None) -> dict:
+    """Annotation tensors of ``sentences`` padded to ``seq_len`` (default: the longest), -1
+    at padding and at the root's head: the fields of ``multihead.analysis.roles.Gold``.
+
+    Shapes: n sentences -> lengths (n,); heads, rels, pos, ranks (n, seq_len); relations
+    (the names ``rels`` indexes).
+    """
+    if len(sentences) == 0:
+        raise ValueError("sentences is empty; pass at least one Sentence")
+    if any(not isinstance(s, Sentence) for s in sentences):
+        raise TypeError("sentences must hold multihead.tasks.corpus.Sentence objects")
+    longest = max(len(s) for s in sentences)
+    seq = longest if seq_len is None else seq_len
+    if seq < longest:
+        raise ValueError(f"seq_len={seq_len} is shorter than the longest sentence ({longest})")
+    if any(not s.ranks for s in sentences):
+        raise ValueError("sentences lack frequency ranks; take them from make_corpus")
+    out = {k: torch.full((len(sentences), seq), -1) for k in ("heads", "rels", "pos", "ranks")}
+    for i, s in enumerate(sentences):
+        n = len(s)
+        out["heads"][i, :n] = torch.tensor(s.heads)
+        out["rels"][i, :n] = torch.tensor([RELATIONS.index(r) for r in s.rels])
+        out["pos"][i, :n] = torch.tensor([POS_TAGS.index(p) for p in s.pos])
+        out["ranks"][i, :n] = torch.tensor(s.ranks)
+    lengths = torch.tensor([len(s) for s in sentences])
+    return {"lengths": lengths, **out, "relations": RELATIONS}

@@ -13,8 +13,7 @@ import torch
 from torch import Tensor
 
 from multihead._checks import check_positive_int
-
-IGNORE = -100  # target value skipped by the loss and the accuracy
+from multihead.core.train import IGNORE
 
 
 def _check_generator(generator: object) -> torch.Generator:

@@ -17,12 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead.analysis.roles import Gold
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderModel
-from multihead.core.train import cached_train, train
-from multihead.tasks.corpus import RELATIONS, Corpus, Sentence
-from multihead.tasks.synthetic import IGNORE
+from multihead.core.train import IGNORE, cached_train, train
+from multihead.tasks.corpus import RELATIONS, Corpus, Sentence, gold_tensors
 from multihead.tasks.translation import PAD_ID, encode, stack_internals
 
 
@@ -37,8 +35,8 @@ class TaggingData:
     labels: Tensor
 
     @property
-    def query_mask(self) -> Tensor:
-        """True at real tokens. Shapes: (n, seq)."""
+    def real_tokens(self) -> Tensor:
+        """True at real tokens (every query a tagger is scored on). Shapes: (n, seq)."""
         return self.src != PAD_ID
 
 
@@ -48,8 +46,8 @@ def tagging_data(corpus: Corpus, sentences: tuple[Sentence, ...] | list[Sentence
     Shapes: n sentences -> TaggingData(src (n, max_len), labels (n, max_len)).
     """
     enc = encode(corpus, sentences)  # checks corpus and sentences
-    gold = Gold.from_sentences(sentences, enc.src.shape[1])
-    labels = gold.rels.masked_fill(gold.rels < 0, IGNORE)  # (n, seq)
+    rels = gold_tensors(sentences, enc.src.shape[1])["rels"]
+    labels = rels.masked_fill(rels < 0, IGNORE)  # (n, seq)
     return TaggingData(enc.src, labels)
 
 

@@ -16,14 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead.core.attention import run_with_cache
+from multihead._checks import check_positive_int
 from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderDecoder
 from multihead.core.runtime import device as default_device
 from multihead.core.runtime import pick
-from multihead.core.train import History, cached_train, train
+from multihead.core.train import IGNORE, History, cached_train, train
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
-from multihead.tasks.synthetic import IGNORE
 
 PAD_ID, BOS_ID = 0, 1
 
@@ -64,8 +64,11 @@ def encode(corpus: Corpus, sentences: tuple[Sentence, ...] | list[Sentence]) -> 
     return Encoded(src, tgt)
 
 
-def _trim(src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
-    """Cut the columns that are padding in every row (saves compute on short batches)."""
+def trim(src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
+    """Cut the columns that are padding in every row (saves compute on short batches).
+
+    Shapes: src (batch, S), tgt (batch, T + 1) -> the same, with fewer columns.
+    """
     s_len = int((src != PAD_ID).sum(1).max())
     t_len = int((tgt != PAD_ID).sum(1).max())
     return src[:, :s_len], tgt[:, :t_len]
@@ -90,9 +93,90 @@ def sampler(data: Encoded):
 
     def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         idx = torch.randint(len(data.src), (batch_size,), generator=generator)
-        return _trim(data.src[idx], data.tgt[idx])
+        return trim(data.src[idx], data.tgt[idx])
 
     return sample
+
+
+def batches(data: Encoded, batch_size: int = 500, device: torch.device | None = None):
+    """The rows of ``data`` in order, ``batch_size`` at a time, trimmed, on ``device``.
+
+    Shapes: -> (src (b, S), tgt (b, T + 1)) per batch.
+    """
+    check_positive_int("batch_size", batch_size)
+    if not isinstance(data, Encoded):
+        raise TypeError(f"data must be an Encoded (translation.encode), got {type(data).__name__}")
+    for start in range(0, len(data.src), batch_size):
+        src, tgt = trim(data.src[start : start + batch_size], data.tgt[start : start + batch_size])
+        yield (src, tgt) if device is None else (src.to(device), tgt.to(device))
+
+
+def run_batch(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """The model's teacher-forced logits on one batch (the gold prefix as decoder input).
+
+    Shapes: batch = (src (b, S), tgt (b, T + 1)) -> (b, T, vocab).
+    """
+    src, tgt = batch
+    return model(src, tgt[:, :-1], src_padding_mask=src == PAD_ID)
+
+
+def per_sentence_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Teacher-forced cross-entropy of each sentence, averaged over its own target tokens.
+
+    Shapes: batch = (src (b, S), tgt (b, T + 1)) -> (b,).
+    """
+    logits = run_batch(model, batch)  # (b, T, vocab)
+    gold = batch[1][:, 1:]  # (b, T)
+    keep = (gold != PAD_ID).to(logits.dtype)
+    ce = F.cross_entropy(logits.transpose(1, 2), gold, reduction="none")  # (b, T)
+    return (ce * keep).sum(1) / keep.sum(1).clamp_min(1)
+
+
+def confidence_queries(path: str, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """The queries that count for a head's confidence in the attention module at ``path``:
+    real source tokens (encoder), real target inputs (cross-attention), and real target
+    inputs but the first in decoder self-attention (it can only see itself).
+
+    Shapes: batch = (src (b, S), tgt (b, T + 1)) -> (b, S) or (b, T) bool, True = counted.
+    """
+    src, tgt = batch
+    kind = attention_kind(path)
+    if kind == "encoder":
+        return src != PAD_ID
+    queries = tgt[:, :-1] != PAD_ID
+    if kind == "decoder":
+        queries = queries.clone()
+        queries[:, 0] = False
+    return queries
+
+
+def attention_kind(path: str) -> str:
+    """``"encoder"`` (self), ``"decoder"`` (self) or ``"cross"`` for an attention path of an
+    ``EncoderDecoder`` (``encoder.layers.{i}.attn``, ``decoder.layers.{i}.attn``,
+    ``decoder.layers.{i}.cross_attn``). Shapes: none."""
+    stack, _, rest = path.partition(".layers.")
+    kind = "cross" if rest.endswith(".cross_attn") else stack
+    if kind not in ("encoder", "decoder", "cross") or not rest:
+        raise ValueError(f"path={path!r} is not an attention path of an EncoderDecoder")
+    return kind
+
+
+def count_heads(masks: dict[str, Tensor]) -> dict[str, int]:
+    """Kept heads per attention type: ``encoder`` (self), ``decoder`` (self), ``cross``.
+
+    Shapes: masks {path: (heads,)} -> {type: int}.
+    """
+    out = {"encoder": 0, "decoder": 0, "cross": 0}
+    for name, mask in masks.items():
+        out[attention_kind(name)] += int((mask != 0).sum())
+    return out
+
+
+def encoder_paths(model: EncoderDecoder) -> list[str]:
+    """The paths of the encoder's self-attention modules, layer by layer. Shapes: none."""
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+    return [f"encoder.layers.{i}.attn" for i in range(len(model.encoder.layers))]
 
 
 @torch.no_grad()
@@ -104,10 +188,8 @@ def teacher_forced(model: nn.Module, data: Encoded, batch_size: int = 500) -> di
     model.eval()
     dev = next(model.parameters()).device
     total, correct, count = 0.0, 0, 0
-    for start in range(0, len(data.src), batch_size):
-        src, tgt = _trim(data.src[start : start + batch_size], data.tgt[start : start + batch_size])
-        src, tgt = src.to(dev), tgt.to(dev)
-        logits = model(src, tgt[:, :-1], src_padding_mask=src == PAD_ID)
+    for src, tgt in batches(data, batch_size, dev):
+        logits = run_batch(model, (src, tgt))
         gold = tgt[:, 1:]
         keep = gold != PAD_ID
         total += F.cross_entropy(logits[keep], gold[keep], reduction="sum").item()
@@ -126,9 +208,8 @@ def greedy_accuracy(model: EncoderDecoder, data: Encoded, batch_size: int = 500)
     model.eval()
     dev = next(model.parameters()).device
     right_tokens, n_tokens, right_sentences = 0, 0, 0
-    for start in range(0, len(data.src), batch_size):
-        src, tgt = _trim(data.src[start : start + batch_size], data.tgt[start : start + batch_size])
-        src, gold = src.to(dev), tgt[:, 1:].to(dev)  # gold (batch, T)
+    for src, tgt in batches(data, batch_size, dev):
+        gold = tgt[:, 1:]  # (batch, T)
         out = model.greedy_decode(src, BOS_ID, gold.shape[1], src_padding_mask=src == PAD_ID)
         keep = gold != PAD_ID
         hit = (out == gold) & keep
@@ -259,8 +340,7 @@ def stack_internals(encoder: nn.Module, src: Tensor, hooks: tuple[str, ...]) -> 
     _, cache = run_with_cache(
         encoder, src, key_padding_mask=src == PAD_ID, names_filter=lambda n: n.endswith(suffixes)
     )
-    n = len(encoder.layers)
-    return [torch.stack([cache[f"layers.{i}.attn.{h}"] for i in range(n)]).cpu() for h in hooks]
+    return [stack_layers(cache, f"layers.{{}}.attn.{hook}").cpu() for hook in hooks]
 
 
 @torch.no_grad()
@@ -275,31 +355,6 @@ def encoder_internals(model: EncoderDecoder, src: Tensor) -> tuple[Tensor, Tenso
     model.eval()
     pattern, z = stack_internals(model.encoder, src, ("pattern", "z"))
     return pattern, z
-
-
-@torch.no_grad()
-def ablate_encoder_heads(model: EncoderDecoder, data: Encoded) -> dict[str, Tensor]:
-    """Leave-one-head-out: mask each encoder head in turn and measure the damage.
-
-    Returns the increase of the teacher-forced loss and the drop of token accuracy, both
-    relative to the intact model. Every mask is undone afterwards.
-
-    Shapes: -> {"loss": (layers, heads), "token_acc": (layers, heads)}.
-    """
-    base = teacher_forced(model, data)
-    layers = model.encoder.layers
-    heads = layers[0].attn.n_heads
-    d_loss, d_acc = torch.zeros(len(layers), heads), torch.zeros(len(layers), heads)
-    for i, layer in enumerate(layers):
-        for h in range(heads):
-            layer.attn.mask_heads([h])
-            try:
-                score = teacher_forced(model, data)
-            finally:
-                layer.attn.unmask_heads()
-            d_loss[i, h] = score["loss"] - base["loss"]
-            d_acc[i, h] = base["token_acc"] - score["token_acc"]
-    return {"loss": d_loss, "token_acc": d_acc}
 
 
 def with_config(setup: TranslationSetup, **changes: object) -> ModelConfig:
