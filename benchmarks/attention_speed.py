@@ -3,20 +3,21 @@
 Run from the repository root:  python benchmarks/attention_speed.py [--device cuda]
 
 All four variants see the same inputs in the same run; times are medians over
-interleaved rounds of torch.utils.benchmark, and the ratios are printed side by side.
+interleaved rounds (``multihead.tools.timing.median_times``), and the ratios are printed
+side by side. "pattern exposed" is our explicit path (``materialize = True``), the one
+``run_with_cache`` takes to record the pattern.
 Nothing here is asserted: speed depends on the machine, so it is measured and reported.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
-from torch.utils import benchmark
 
+from multihead.analysis.cost import mha_flops
 from multihead.core.attention import MultiHeadAttention, to_torch_multihead
-from multihead.exercises import mha_flops
+from multihead.tools.timing import median_times
 
 CONFIGS = [
     {"batch": 32, "seq": 64, "d_model": 128, "n_heads": 8},
@@ -40,8 +41,7 @@ def measure(cfg: dict, device: torch.device, rounds: int) -> dict[str, float]:
 
     exposed = MultiHeadAttention(cfg["d_model"], cfg["n_heads"]).to(device)
     exposed.load_state_dict(ours.state_dict())
-    kept = {}
-    exposed.pattern.register_forward_hook(lambda m, a, out: kept.update(pattern=out))
+    exposed.materialize = True  # the explicit path: scores and pattern are computed
 
     variants = {
         "ours, fused path": lambda t: ours(t),
@@ -51,22 +51,9 @@ def measure(cfg: dict, device: torch.device, rounds: int) -> dict[str, float]:
             t, t, t, need_weights=True, average_attn_weights=False
         )[0],
     }
-    # Interleave the variants over several rounds, so a slow moment of the machine hits all
-    # of them alike; report each variant's median over the rounds.
-    timers = {
-        name: benchmark.Timer(stmt="run()", globals={"run": _step(fn, x)})
-        for name, fn in variants.items()
-    }
-    number = {
-        name: max(1, int(t.blocked_autorange(min_run_time=0.2).number_per_run))
-        for name, t in timers.items()
-    }
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, timer in timers.items():
-            samples[name].append(timer.timeit(number[name]).mean)
-    times = {name: statistics.median(s) for name, s in samples.items()}
-    return times
+    return median_times(
+        {name: _step(fn, x) for name, fn in variants.items()}, rounds=rounds, number=3, grad=True
+    )
 
 
 def main() -> None:

@@ -110,6 +110,7 @@ def test_ruff_lint_and_format():
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
+@pytest.mark.slow
 def test_book_builds_without_warnings(tmp_path):
     cmd = ["jupyter-book", "build", str(ROOT), "-W", "-n", "--keep-going"]
     result = subprocess.run(

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from multihead import exercises as ex
+from multihead.analysis.cost import mha_flops
 
 
 def reference_attention(q, k, v, mask=None):
@@ -66,9 +67,26 @@ def test_check_flops():
 def test_reference_flops_match_torch_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
-    from multihead.core.attention import MultiHeadAttention, run_with_cache
+    from multihead.core.attention import MultiHeadAttention
+    from multihead.core.hooks import run_with_cache
 
     layer = MultiHeadAttention(48, 3, 8, 12)
     with FlopCounterMode(display=False) as counter:
         run_with_cache(layer, torch.randn(1, 9, 48))
-    assert counter.get_total_flops() == ex.mha_flops(48, 3, 8, 12, 9)
+    assert counter.get_total_flops() == mha_flops(48, 3, 8, 12, 9)
+
+
+def test_every_checker_is_exported_and_none_uses_a_bare_assert():
+    import ast
+    import importlib
+    from pathlib import Path
+
+    folder = Path(ex.__file__).parent
+    for path in sorted(folder.glob("ch*.py")):
+        module = importlib.import_module(f"multihead.exercises.{path.stem}")
+        checkers = {n for n in vars(module) if n.startswith("check_")}
+        assert checkers, path.name
+        assert checkers <= set(ex.__all__), f"{path.name}: {sorted(checkers - set(ex.__all__))}"
+        tree = ast.parse(path.read_text())
+        asserts = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert)]
+        assert not asserts, f"{path.name}:{asserts} use assert, which python -O removes"

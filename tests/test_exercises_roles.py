@@ -5,7 +5,11 @@ import torch
 
 from multihead.analysis.roles import Gold, relation_targets
 from multihead.exercises import check_head_confidence, check_positional_share, check_subject_head
-from multihead.tasks.corpus import make_corpus
+from multihead.tasks.corpus import gold_tensors, make_corpus
+
+
+def gold_of(sentences, seq_len=None):
+    return Gold(**gold_tensors(sentences, seq_len))
 
 
 def good_confidence(pattern, query_mask):
@@ -41,7 +45,7 @@ def test_positional_checker(capsys):
 
 def test_subject_head_checker(capsys):
     sents = make_corpus(200, seed=1).test
-    gold = Gold.from_sentences(sents)
+    gold = gold_of(sents)
     target, _ = relation_targets(gold, "nsubj", "head->dep")
     scores = torch.where(target, 20.0, 0.0).masked_fill(~gold.key_mask()[:, None, :], -1e9)
     subject = scores.softmax(-1)  # the verb looks at its subject

@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
+from multihead.analysis.diversity import pairwise_head_distances
 from multihead.analysis.metrics import (
     classical_mds,
     group_spread,
-    head_distance_matrix,
     js_divergence,
 )
 
@@ -37,13 +37,13 @@ def test_head_distance_matrix_hand_built():
     eye = torch.eye(3)
     shift = eye.roll(1, dims=-1)
     p = torch.stack([eye, eye, shift])[None]  # (1, 3 heads, 3, 3)
-    d = head_distance_matrix(p)
+    d = pairwise_head_distances(p)
     assert d.shape == (3, 3)
     assert d[0, 1].item() == pytest.approx(0.0)
     assert d[0, 2].item() == pytest.approx(math.sqrt(math.log(2)))
     assert torch.allclose(d, d.T)
     with pytest.raises(ValueError, match="batch, heads, query, key"):
-        head_distance_matrix(eye)
+        pairwise_head_distances(eye)
 
 
 def test_classical_mds_recovers_a_configuration():
@@ -74,5 +74,5 @@ def test_js_divergence_is_finite_for_float32_denormals():
     q = torch.tensor([1.0, 0.0])
     js = js_divergence(p, q)
     assert js.dtype == torch.float32 and torch.isfinite(js) and js < 1e-6
-    d = head_distance_matrix(torch.stack([p, q])[None, :, None, :])  # (1, heads=2, 1, 2)
+    d = pairwise_head_distances(torch.stack([p, q])[None, :, None, :])  # (1, heads=2, 1, 2)
     assert torch.isfinite(d).all()

@@ -152,6 +152,7 @@ def test_clark_statistics_and_roles(loaded):
         clark_statistics([])
 
 
+@pytest.mark.slow
 def test_importance_and_pruning(loaded):
     model, tok = loaded
     a, p, _ = zip(*paraphrase_triplets()[:4], strict=True)
@@ -175,6 +176,7 @@ def test_importance_and_pruning(loaded):
         ablation_importance(None, objective)
 
 
+@pytest.mark.slow
 def test_ablation_importance_matches_masking(loaded):
     model, tok = loaded
     sent = ["The cat sat.", "A cat was sitting.", "Rain fell.", "It rained."]

@@ -16,7 +16,11 @@ from multihead.analysis.roles import (
     relation_targets,
     syntactic,
 )
-from multihead.tasks.corpus import make_corpus
+from multihead.tasks.corpus import gold_tensors, make_corpus
+
+
+def gold_of(sentences, seq_len=None):
+    return Gold(**gold_tensors(sentences, seq_len))
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +30,7 @@ def sents():
 
 @pytest.fixture(scope="module")
 def gold(sents):
-    return Gold.from_sentences(sents)
+    return gold_of(sents)
 
 
 def _rows(gold: Gold, target: torch.Tensor) -> torch.Tensor:
@@ -147,9 +151,9 @@ def test_mismatched_lengths_are_rejected(sents, gold):
     with pytest.raises(ValueError, match="negative"):
         positional(-p, gold)
     with pytest.raises(ValueError, match="seq_len"):
-        Gold.from_sentences(sents, seq_len=3)
+        gold_of(sents, seq_len=3)
     with pytest.raises(ValueError, match="empty"):
-        Gold.from_sentences([])
+        gold_of([])
 
 
 def test_bad_relation_direction_and_k(gold):

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from multihead.core.attention import MultiHeadAttention, run_with_cache
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.hooks import run_with_cache
 from multihead.interventions.symmetry import parameter_spread, pattern_spread, tie_heads
 
 

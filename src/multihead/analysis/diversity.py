@@ -3,8 +3,8 @@
 The distance between two heads follows Clark et al. (2019): compare the two attention
 distributions each query token gets from the two heads with the Jensen-Shannon divergence,
 and average over the query tokens of all sentences. ``multihead.analysis.metrics`` has the
-divergence itself and a distance matrix for one layer; this module adds what a study across
-layers needs:
+divergence itself; this module has the one head-distance matrix of the package, and what a
+study across layers needs:
 
 * a query mask, so padding rows (which attend somewhere but mean nothing) do not count;
 * the whole model at once: a ``(layers, heads, heads)`` tensor of within-layer distances and
@@ -23,17 +23,12 @@ import math
 import torch
 from torch import Tensor
 
-from multihead.analysis.metrics import check_pattern, js_divergence
+from multihead._checks import check_bool_mask, check_pattern
+from multihead.analysis.metrics import js_divergence
 
 
 def _check_query_mask(query_mask: object, batch: int, queries: int) -> Tensor:
-    if not isinstance(query_mask, Tensor) or query_mask.dtype != torch.bool:
-        raise TypeError("query_mask must be a bool tensor (batch, query), True = count the query")
-    if query_mask.shape != (batch, queries):
-        raise ValueError(
-            f"query_mask has shape {tuple(query_mask.shape)} but the pattern has "
-            f"(batch, query) = ({batch}, {queries}); they must match"
-        )
+    check_bool_mask("query_mask", query_mask, (batch, queries), "(batch, query), True = count")
     if not query_mask.any():
         raise ValueError("query_mask selects no query; mark at least one real token True")
     return query_mask
@@ -49,9 +44,7 @@ def pairwise_head_distances(
     Shapes: pattern (batch, heads, query, key), query_mask (batch, query) -> (heads, heads),
     symmetric with a zero diagonal.
     """
-    p = check_pattern("pattern", pattern, 4, "(batch, heads, query, key)")
-    if p.ndim != 4:
-        raise ValueError(f"pattern must be (batch, heads, query, key), got {tuple(p.shape)}")
+    p = check_pattern("pattern", pattern, ndim=4, layout="(batch, heads, query, key)")
     if not isinstance(divergence, bool):
         raise TypeError(f"divergence must be a bool, got {type(divergence).__name__}")
     batch, heads, queries, _ = p.shape
@@ -72,13 +65,8 @@ def pairwise_head_distances(
 
 
 def _check_layered(pattern: object) -> Tensor:
-    p = check_pattern("pattern", pattern, 5, "(layers, batch, heads, query, key)")
-    if p.ndim != 5:
-        raise ValueError(
-            f"pattern must be (layers, batch, heads, query, key), got {tuple(p.shape)}; "
-            "stack the layers' patterns with torch.stack"
-        )
-    return p
+    layout = "(layers, batch, heads, query, key) (stack the layers with torch.stack)"
+    return check_pattern("pattern", pattern, ndim=5, layout=layout)
 
 
 def layer_distances(

@@ -25,10 +25,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from multihead._checks import check_choice, check_positive_int
+from multihead._checks import check_choice, check_positive_int, check_tensor
 from multihead.analysis.patternfit import (
     FitResult,
-    _check_tensor,
     check_column_stochastic,
     column_kl,
     fit_pattern,
@@ -37,7 +36,6 @@ from multihead.analysis.patternfit import (
 
 __all__ = [
     "FitResult",
-    "attention_cost",
     "best_fit_example",
     "centered_log",
     "check_column_stochastic",
@@ -63,7 +61,7 @@ def column_softmax(logits: Tensor) -> Tensor:
 
     Shapes: logits (..., n_keys, n_queries) -> same, columns sum to 1.
     """
-    return _check_tensor("logits", logits).softmax(dim=-2)
+    return check_tensor("logits", logits, min_ndim=2, finite=True).softmax(dim=-2)
 
 
 def head_pattern(X: Tensor, W_q: Tensor, W_k: Tensor) -> Tensor:
@@ -115,7 +113,7 @@ def left_inverse(X: Tensor) -> Tensor:
 
     Shapes: X (d, n) with d >= n -> (n, d).
     """
-    X = _check_tensor("X", X)
+    X = check_tensor("X", X, min_ndim=2, finite=True)
     if X.ndim != 2:
         raise ValueError(f"X must be a matrix (d, n), got shape {tuple(X.shape)}")
     d, n = X.shape
@@ -146,8 +144,8 @@ def realize(
     Shapes: X (d, n) full column rank, P (n, n) positive column-stochastic, D0 (n,)
     -> W_q (d_k, d), W_k (d_k, d).
     """
-    X = _check_tensor("X", X)
-    P = _check_tensor("P", P)
+    X = check_tensor("X", X, min_ndim=2, finite=True)
+    P = check_tensor("P", P, min_ndim=2, finite=True)
     P = check_column_stochastic("P", P, atol=1e-6 if P.dtype == torch.float64 else 1e-4)
     if P.ndim != 2 or X.ndim != 2:
         raise ValueError("realize takes one X (d, n) and one P (n, n); loop over a batch")
@@ -162,7 +160,7 @@ def realize(
         )
     if D0 is None:
         D0 = torch.ones(n, dtype=P.dtype, device=P.device)
-    D0 = _check_tensor("D0", D0, min_ndim=1)
+    D0 = check_tensor("D0", D0, min_ndim=1, finite=True)
     if D0.shape != (n,) or not (D0 > 0).all():
         raise ValueError(f"D0 must be the positive diagonal of an n x n matrix, shape ({n},)")
     X_plus = left_inverse(X.to(P.dtype))  # (n, d)
@@ -192,7 +190,7 @@ def numerical_rank(M: Tensor, rtol: float = 1e-8) -> int:
 
     Shapes: M (m, n) -> int.
     """
-    M = _check_tensor("M", M)
+    M = check_tensor("M", M, min_ndim=2, finite=True)
     if M.ndim != 2:
         raise ValueError(f"M must be a matrix, got shape {tuple(M.shape)}")
     s = torch.linalg.svdvals(M)
@@ -257,7 +255,7 @@ def fit_key_sizes(
     each (len(d_keys), batch, max(d_keys), d).
     """
     target = check_column_stochastic("target", target, atol=1e-4)
-    X = _check_tensor("X", X, min_ndim=3)
+    X = check_tensor("X", X, min_ndim=3, finite=True)
     if target.ndim != 3 or target.shape[0] != X.shape[0] or target.shape[-1] != X.shape[-1]:
         raise ValueError(
             f"need target (batch, n, n) and X (batch, d, n), got "
@@ -319,23 +317,3 @@ def best_fit_example(
 
 
 # ---------------------------------------------------------------------- cost
-def attention_cost(
-    d_model: int, n_heads: int, d_key: int, d_value: int, seq_len: int
-) -> dict[str, int]:
-    """Parameters and forward FLOPs of one self-attention layer (biases included).
-
-    FLOPs count a multiply-add as 2 and cover the four projections, the logits
-    ``Q K^T`` and the weighted sum ``P V`` (softmax and scaling are left out).
-
-    Shapes: none -> {"params", "flops", "flops_logits"}.
-    """
-    for name, v in (("d_model", d_model), ("n_heads", n_heads), ("d_key", d_key)):
-        check_positive_int(name, v)
-    check_positive_int("d_value", d_value)
-    check_positive_int("seq_len", seq_len)
-    hk, hv = n_heads * d_key, n_heads * d_value
-    params = 2 * (d_model * hk + hk) + (d_model * hv + hv) + (hv * d_model + d_model)
-    proj = 2 * seq_len * d_model * (2 * hk + 2 * hv)  # W_Q, W_K, W_V and W_O
-    logits = 2 * seq_len * seq_len * hk
-    mix = 2 * seq_len * seq_len * hv
-    return {"params": params, "flops": proj + logits + mix, "flops_logits": logits}

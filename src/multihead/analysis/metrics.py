@@ -9,23 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def check_pattern(
-    name: str, pattern: object, min_ndim: int = 2, layout: str = "(..., query, key)"
-) -> Tensor:
-    """Raise a clear error unless ``pattern`` is a float tensor of attention rows.
-
-    Shapes: (..., query, key).
-    """
-    if not isinstance(pattern, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(pattern).__name__}")
-    if not pattern.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {pattern.dtype}")
-    if pattern.ndim < min_ndim:
-        raise ValueError(f"{name} must be shaped {layout}, got shape {tuple(pattern.shape)}")
-    if pattern.numel() and (pattern.min() < 0):
-        raise ValueError(f"{name} has negative entries; expected attention probabilities")
-    return pattern
+from multihead._checks import check_bool_mask, check_pattern
 
 
 def entropy(pattern: Tensor) -> Tensor:
@@ -57,19 +41,12 @@ def head_confidence(pattern: Tensor, query_mask: Tensor | None = None) -> Tensor
 
     Shapes: pattern (batch, heads, query, key), query_mask (batch, query) -> (heads,).
     """
-    p = check_pattern("pattern", pattern, 4, "(batch, heads, query, key)")
-    if p.ndim != 4:
-        raise ValueError(f"pattern must be (batch, heads, query, key), got {tuple(p.shape)}")
+    p = check_pattern("pattern", pattern, ndim=4, layout="(batch, heads, query, key)")
     top = p.amax(dim=-1)  # (batch, heads, query)
     if query_mask is None:
         return top.mean(dim=(0, 2))
-    if not isinstance(query_mask, Tensor) or query_mask.dtype != torch.bool:
-        raise TypeError("query_mask must be a bool tensor (batch, query), True = count")
-    if query_mask.shape != (p.shape[0], p.shape[2]):
-        raise ValueError(
-            f"query_mask has shape {tuple(query_mask.shape)}, expected (batch, query) = "
-            f"({p.shape[0]}, {p.shape[2]})"
-        )
+    shape = (p.shape[0], p.shape[2])
+    check_bool_mask("query_mask", query_mask, shape, "(batch, query), True = count")
     if not query_mask.any():
         raise ValueError("query_mask selects no query")
     w = query_mask[:, None, :].to(top.dtype)  # (batch, 1, query)
@@ -169,22 +146,6 @@ def js_divergence(p: Tensor, q: Tensor) -> Tensor:
     kl_pm = torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p, m).sum(-1)
     kl_qm = torch.special.xlogy(q, q).sum(-1) - torch.special.xlogy(q, m).sum(-1)
     return ((kl_pm + kl_qm) / 2).clamp_min(0.0).to(dtype)
-
-
-def head_distance_matrix(pattern: Tensor) -> Tensor:
-    """Mean Jensen-Shannon *distance* (square root of the divergence) between every pair of
-    heads, averaged over batch and queries: how differently two heads distribute attention
-    on the same tokens (Clark et al. 2019 compare heads this way).
-
-    Shapes: (batch, heads, query, key) -> (heads, heads), symmetric, zero diagonal.
-    """
-    p = check_pattern("pattern", pattern, 4, "(batch, heads, query, key)")
-    if p.ndim != 4:
-        raise ValueError(f"pattern must be (batch, heads, query, key), got {tuple(p.shape)}")
-    a = p[:, :, None]  # (batch, heads, 1, query, key)
-    b = p[:, None, :]  # (batch, 1, heads, query, key)
-    d = js_divergence(a, b).sqrt()  # (batch, heads, heads, query)
-    return d.mean(dim=(0, 3))
 
 
 def classical_mds(distances: Tensor, dim: int = 2) -> Tensor:

@@ -9,26 +9,18 @@ column KL divergence. Chapter 3 fits one head of each key size
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from multihead._checks import check_choice, check_positive_int
+from multihead._checks import check_choice, check_positive_int, check_tensor
 
 
-# ---------------------------------------------------------------------- checks
-def _check_tensor(name: str, x: object, min_ndim: int = 2) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimensions, got {tuple(x.shape)}")
-    if not torch.isfinite(x).all():
-        raise ValueError(f"{name} contains inf or nan")
-    return x
+def _finite(name: str, x: object, min_ndim: int = 2) -> Tensor:
+    return check_tensor(name, x, min_ndim=min_ndim, finite=True)
 
 
 def check_column_stochastic(name: str, P: object, atol: float = 1e-6) -> Tensor:
@@ -36,7 +28,7 @@ def check_column_stochastic(name: str, P: object, atol: float = 1e-6) -> Tensor:
 
     Shapes: P (..., n, n) -> P.
     """
-    P = _check_tensor(name, P)
+    P = _finite(name, P)
     if P.shape[-1] != P.shape[-2]:
         raise ValueError(f"{name} must be square (..., n, n), got shape {tuple(P.shape)}")
     if not (P > 0).all():
@@ -141,3 +133,63 @@ def fit_pattern(
         P = pattern_fn(params)
         kl, tv = column_kl(target, P), total_variation(target, P)
     return FitResult(P, kl, tv, [p.detach() for p in params], done)
+
+
+# ----------------------------------------------- mixing heads (talking heads, chapter 4)
+MIX_MODES = ("single", "pre", "post")
+
+
+def mixed_head_pattern(X: Tensor, W_q: Tensor, W_k: Tensor, mix: Tensor, mode: str) -> Tensor:
+    """One output pattern built from ``h`` heads, in the column convention of chapter 3.
+
+    Each head has logits ``L_i = (W_k^i X)^T (W_q^i X) / sqrt(d_k)``. ``mode="single"`` uses
+    head 0 alone; ``"pre"`` mixes the logits, ``softmax(sum_i mix_i L_i)`` (talking heads
+    before the softmax); ``"post"`` mixes the distributions with convex weights,
+    ``sum_i softmax(mix)_i softmax(L_i)`` (after the softmax).
+
+    Shapes: X (..., d, n), W_q and W_k (..., h, d_k, d), mix (..., h) -> P (..., n, n),
+    P[key, query], columns sum to 1.
+    """
+    check_choice("mode", mode, MIX_MODES)
+    if W_q.shape != W_k.shape or W_q.ndim < 3:
+        raise ValueError(
+            f"W_q {tuple(W_q.shape)} and W_k {tuple(W_k.shape)} must match (..., h, d_k, d)"
+        )
+    if mix.shape[-1] != W_q.shape[-3]:
+        raise ValueError(f"mix has {mix.shape[-1]} weights for {W_q.shape[-3]} heads")
+    Xh = X.unsqueeze(-3)  # (..., 1, d, n): shared by the heads
+    logits = (W_k @ Xh).transpose(-2, -1) @ (W_q @ Xh) / math.sqrt(W_q.shape[-2])  # (..., h, n, n)
+    if mode == "single":
+        return logits[..., 0, :, :].softmax(dim=-2)
+    if mode == "pre":
+        return (mix[..., :, None, None] * logits).sum(dim=-3).softmax(dim=-2)
+    weights = mix.softmax(dim=-1)[..., :, None, None]  # (..., h, 1, 1), convex
+    return (weights * logits.softmax(dim=-2)).sum(dim=-3)
+
+
+def fit_mixed_heads(
+    target: Tensor,
+    X: Tensor,
+    d_key: int,
+    n_heads: int,
+    mode: str,
+    generator: torch.Generator,
+    *,
+    steps: int = 300,
+):
+    """Best fit of ``mixed_head_pattern`` to each target (L-BFGS on the column KL).
+
+    Shapes: target (batch, n, n), X (batch, d, n) -> ``FitResult`` with kl (batch,).
+    """
+    check_positive_int("d_key", d_key)
+    check_positive_int("n_heads", n_heads)
+    batch, d, _ = X.shape
+    shape = (batch, n_heads, d_key, d)
+    W_q = torch.randn(shape, generator=generator, dtype=X.dtype) / math.sqrt(d)
+    W_k = torch.randn(shape, generator=generator, dtype=X.dtype) / math.sqrt(d)
+    mix = torch.ones(batch, n_heads, dtype=X.dtype) / n_heads
+
+    def pattern_fn(params):
+        return mixed_head_pattern(X, params[0], params[1], params[2], mode)
+
+    return fit_pattern(target, pattern_fn, [W_q, W_k, mix], steps=steps)

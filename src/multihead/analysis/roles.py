@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from multihead.analysis.metrics import argmax_credit, check_pattern, head_confidence
-from multihead.tasks.corpus import POS_TAGS, RELATIONS, Sentence
+from multihead._checks import check_pattern
+from multihead.analysis.metrics import argmax_credit, head_confidence
 
 SYNTACTIC_RELATIONS = ("nsubj", "dobj", "amod", "advmod", "det", "prep", "pobj")
 DIRECTIONS = ("dep->head", "head->dep")
@@ -25,7 +25,9 @@ DIRECTIONS = ("dep->head", "head->dep")
 
 @dataclass(frozen=True)
 class Gold:
-    """Gold annotations of a padded batch of sentences (-1 marks padding / the root).
+    """Gold annotations of a padded batch of sentences (-1 marks padding / the root), e.g.
+    ``Gold(**multihead.tasks.corpus.gold_tensors(sentences, seq_len))``. ``rels`` indexes
+    ``relations`` (the relation names).
 
     Shapes: lengths (batch,); heads, rels, pos, ranks (batch, seq).
     """
@@ -35,31 +37,7 @@ class Gold:
     rels: Tensor
     pos: Tensor
     ranks: Tensor
-
-    @classmethod
-    def from_sentences(cls, sentences: list[Sentence] | tuple, seq_len: int | None = None):
-        """Annotation tensors for ``sentences`` padded to ``seq_len`` (default: longest).
-
-        Shapes: n sentences -> tensors (n, seq_len), lengths (n,).
-        """
-        if len(sentences) == 0:
-            raise ValueError("sentences is empty; pass at least one Sentence")
-        if any(not isinstance(s, Sentence) for s in sentences):
-            raise TypeError("sentences must hold multihead.tasks.corpus.Sentence objects")
-        longest = max(len(s) for s in sentences)
-        seq = longest if seq_len is None else seq_len
-        if seq < longest:
-            raise ValueError(f"seq_len={seq_len} is shorter than the longest sentence ({longest})")
-        if any(not s.ranks for s in sentences):
-            raise ValueError("sentences lack frequency ranks; take them from make_corpus")
-        out = {k: torch.full((len(sentences), seq), -1) for k in ("heads", "rels", "pos", "ranks")}
-        for i, s in enumerate(sentences):
-            n = len(s)
-            out["heads"][i, :n] = torch.tensor(s.heads)
-            out["rels"][i, :n] = torch.tensor([RELATIONS.index(r) for r in s.rels])
-            out["pos"][i, :n] = torch.tensor([POS_TAGS.index(p) for p in s.pos])
-            out["ranks"][i, :n] = torch.tensor(s.ranks)
-        return cls(torch.tensor([len(s) for s in sentences]), **out)
+    relations: tuple[str, ...] = ()
 
     @property
     def seq_len(self) -> int:
@@ -70,28 +48,26 @@ class Gold:
         """True at real tokens. Shapes: (batch, seq)."""
         return torch.arange(self.seq_len)[None, :] < self.lengths[:, None]
 
-    def query_mask(self) -> Tensor:
-        """True at real tokens other than the end token. Shapes: (batch, seq)."""
+    def scored_queries(self) -> Tensor:
+        """The queries every criterion scores: real tokens other than the end token.
+
+        Shapes: (batch, seq) bool, True = counted."""
         return torch.arange(self.seq_len)[None, :] < (self.lengths[:, None] - 1)
 
 
 def _check(pattern: object, gold: object) -> Tensor:
     """The pattern as (layers, batch, heads, query, key), after checking it fits ``gold``."""
-    p = check_pattern("pattern", pattern, 4, "([layers,] batch, heads, query, key)")
-    if p.ndim not in (4, 5):
-        raise ValueError(
-            "pattern must be (batch, heads, query, key) or (layers, batch, heads, query, key), "
-            f"got shape {tuple(p.shape)}"
-        )
+    layout = "(batch, heads, query, key) or (layers, batch, heads, query, key)"
+    p = check_pattern("pattern", pattern, ndim=(4, 5), layout=layout)
     if not isinstance(gold, Gold):
-        raise TypeError(f"gold must be a Gold (Gold.from_sentences), got {type(gold).__name__}")
+        raise TypeError(f"gold must be a Gold (see gold_tensors), got {type(gold).__name__}")
     p5 = p if p.ndim == 5 else p[None]
     batch, q, k = p5.shape[1], p5.shape[3], p5.shape[4]
     if batch != len(gold.lengths) or q != gold.seq_len or k != gold.seq_len:
         raise ValueError(
             f"pattern has batch {batch}, {q} queries and {k} keys but the gold annotations "
             f"have batch {len(gold.lengths)} and seq_len {gold.seq_len}; annotate the same "
-            "sentences with the same padding (Gold.from_sentences(sentences, seq_len))"
+            "sentences with the same padding (gold_tensors(sentences, seq_len))"
         )
     return p5
 
@@ -112,7 +88,7 @@ def confidence(pattern: Tensor, gold: Gold) -> Tensor:
     Shapes: pattern (layers?, batch, heads, seq, seq) -> (layers?, heads).
     """
     p = _check(pattern, gold)
-    stat = torch.stack([head_confidence(layer, gold.query_mask()) for layer in p])
+    stat = torch.stack([head_confidence(layer, gold.scored_queries()) for layer in p])
     return _out(stat, pattern)
 
 
@@ -124,7 +100,7 @@ def offset_targets(gold: Gold, offset: int) -> tuple[Tensor, Tensor]:
     idx = torch.arange(gold.seq_len)
     target = (idx[None, :] - idx[:, None] == offset)[None].expand(len(gold.lengths), -1, -1)
     inside = (idx + offset >= 0)[None, :] & ((idx + offset)[None, :] < gold.lengths[:, None])
-    return target, gold.query_mask() & inside
+    return target, gold.scored_queries() & inside
 
 
 def positional(
@@ -157,12 +133,12 @@ def relation_targets(gold: Gold, relation: str, direction: str) -> tuple[Tensor,
 
     Shapes: -> target (batch, seq, seq) bool, queries (batch, seq) bool.
     """
-    if relation not in RELATIONS:
-        raise ValueError(f"relation={relation!r} is not one of {RELATIONS}")
+    if relation not in gold.relations:
+        raise ValueError(f"relation={relation!r} is not one of the gold's {gold.relations}")
     if direction not in DIRECTIONS:
         raise ValueError(f"direction={direction!r} must be one of {DIRECTIONS}")
     batch, seq = gold.heads.shape
-    is_rel = gold.rels == RELATIONS.index(relation)  # (batch, seq): the dependents
+    is_rel = gold.rels == gold.relations.index(relation)  # (batch, seq): the dependents
     arc = torch.zeros(batch, seq, seq, dtype=torch.bool)  # arc[b, dependent, head]
     b, d = is_rel.nonzero(as_tuple=True)
     arc[b, d, gold.heads[b, d]] = True
@@ -194,7 +170,7 @@ def syntactic(
     """
     p = _check(pattern, gold)
     target, queries = relation_targets(gold, relation, direction)
-    queries = queries & gold.query_mask()
+    queries = queries & gold.scored_queries()
     if not queries.any():
         raise ValueError(f"the gold annotations have no {relation!r} arc to score")
     offset, baseline = _best_offset_accuracy(target, queries, gold.seq_len - 1)
@@ -237,7 +213,7 @@ def rare_word(
     """
     p = _check(pattern, gold)
     rare = rarest_targets(gold, k)  # (batch, key)
-    queries = gold.query_mask()
+    queries = gold.scored_queries()
     rate = _masked_mean(argmax_credit(p, rare[None, :, None, None, :]), queries)
     per_query = rare.sum(-1).float() / gold.lengths.float()  # (batch,)
     chance = (per_query[:, None] * queries).sum() / queries.sum()
@@ -259,7 +235,7 @@ def delimiter(pattern: Tensor, gold: Gold, threshold: float = 0.5) -> dict[str, 
     """
     p = _check(pattern, gold)
     end = torch.arange(gold.seq_len)[None, :] == (gold.lengths[:, None] - 1)  # (batch, key)
-    share = _masked_mean(argmax_credit(p, end[None, :, None, None, :]), gold.query_mask())
+    share = _masked_mean(argmax_credit(p, end[None, :, None, None, :]), gold.scored_queries())
     return {"share": _out(share, pattern), "is_role": _out(share >= threshold, pattern)}
 
 

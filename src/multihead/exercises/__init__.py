@@ -9,7 +9,6 @@ from multihead.exercises.ch01 import (
     check_attention,
     check_mha_flops,
     check_mha_parameter_count,
-    mha_flops,
 )
 from multihead.exercises.ch02 import check_swap_heads, check_value_gradient
 from multihead.exercises.ch03 import (
@@ -75,5 +74,4 @@ __all__ = [
     "check_v_schedule",
     "check_value_gradient",
     "check_word_level",
-    "mha_flops",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 
 def ok(message: str) -> str:
     """Print and return the success line of a checker."""
@@ -14,3 +16,20 @@ def require_callable(name: str, fn: object) -> None:
     """Raise a clear TypeError unless ``fn`` is callable."""
     if not callable(fn):
         raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
+
+
+def expect(condition: object, hint: str) -> None:
+    """Raise ``AssertionError(hint)`` unless ``condition`` holds (an ``assert`` statement
+    would vanish under ``python -O``)."""
+    if not condition:
+        raise AssertionError(hint)
+
+
+def random_patterns(seed: int, batch: int = 3, heads: int = 4, n: int = 7) -> torch.Tensor:
+    """Random attention patterns without ties, for checkers.
+
+    Shapes: -> (batch, heads, n, n), rows sum to 1.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    scores = 3 * torch.randn(batch, heads, n, n, generator=gen)
+    return scores.softmax(-1)  # ties have probability 0

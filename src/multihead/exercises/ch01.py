@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 
+from multihead.analysis.cost import mha_flops
 from multihead.core.attention import MultiHeadAttention, attention_pattern
 from multihead.core.model import count_parameters
 from multihead.exercises._common import ok, require_callable
@@ -67,18 +68,6 @@ def check_mha_parameter_count(fn: Callable) -> str:
                 f"{got}, expected {want}. Count W_Q, W_K, W_V, W_O and the four biases."
             )
     return ok("your formula counts every weight and bias.")
-
-
-def mha_flops(d_model: int, n_heads: int, d_key: int, d_value: int, n: int) -> int:
-    """Reference FLOPs (2 per multiply-add) of the matrix products in one self-attention
-    forward pass over ``n`` tokens (softmax, biases and scaling not counted).
-
-    Shapes: none.
-    """
-    projections = n * d_model * n_heads * (2 * d_key + d_value)
-    scores_and_mixing = n_heads * n * n * (d_key + d_value)
-    output = n * n_heads * d_value * d_model
-    return 2 * (projections + scores_and_mixing + output)
 
 
 def check_mha_flops(fn: Callable) -> str:

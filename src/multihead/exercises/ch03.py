@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import torch
 
+from multihead.analysis.cost import attention_cost
+from multihead.analysis.lowrank import column_softmax, min_key_size
 from multihead.exercises._common import ok, require_callable
 
 
@@ -62,8 +64,6 @@ def check_min_key_size(fn: Callable) -> str:
 
     Shapes: P (n, n) -> int.
     """
-    from multihead.analysis.lowrank import column_softmax, min_key_size
-
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(32)
     for n, r in ((5, 0), (5, 1), (6, 3), (8, 7), (9, 4)):
@@ -96,8 +96,6 @@ def check_bert_large_extra_params(answer: object) -> str:
 
     Shapes: none.
     """
-    from multihead.analysis.lowrank import attention_cost
-
     per_layer = (
         attention_cost(1024, 16, 128, 64, seq_len=1)["params"]
         - attention_cost(1024, 16, 64, 64, seq_len=1)["params"]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 
+from multihead.core.talking_heads import TalkingHeadsAttention
 from multihead.exercises._common import ok, require_callable
 
 
@@ -14,8 +15,6 @@ def check_post_mix(fn: Callable) -> str:
 
     Shapes: pattern (batch, h, query, key), P_w (h, h_v) -> (batch, h_v, query, key).
     """
-    from multihead.core.talking_heads import TalkingHeadsAttention
-
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(41)
     for h, h_v in ((3, 3), (4, 2), (2, 5)):
@@ -41,8 +40,6 @@ def check_invisible_mixing(fn: Callable) -> str:
 
     Shapes: -> P_l (h, h), P_w (h, h).
     """
-    from multihead.core.talking_heads import TalkingHeadsAttention
-
     require_callable("fn", fn)
     for h in (2, 3, 5):
         P_l, P_w = fn(h)

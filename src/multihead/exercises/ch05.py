@@ -6,30 +6,25 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.exercises._common import ok, require_callable
-
-
-def _random_patterns(seed: int, batch: int = 3, heads: int = 4, n: int = 7) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    scores = 3 * torch.randn(batch, heads, n, n, generator=gen)
-    return scores.softmax(-1)  # (batch, heads, n, n), ties have probability 0
+from multihead.analysis.metrics import head_confidence
+from multihead.analysis.roles import syntactic
+from multihead.exercises._common import expect, ok, random_patterns, require_callable
 
 
 def check_head_confidence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(pattern, query_mask) -> (heads,)``: the mean over the selected queries of
     each head's largest attention weight (Voita et al.'s confidence)."""
-    from multihead.analysis.metrics import head_confidence
-
     require_callable("fn", fn)
     for seed in range(3):
-        p = _random_patterns(seed)
+        p = random_patterns(seed)
         mask = torch.ones(p.shape[0], p.shape[2], dtype=torch.bool)
         mask[:, -1] = False  # leave out the end token
         mask[0, :3] = False  # and a few more queries, unevenly across the batch
         got = fn(p, mask)
-        assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
-        assert got.shape == (p.shape[1],), (
-            f"return one number per head, shape ({p.shape[1]},); got {tuple(got.shape)}"
+        expect(isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}")
+        expect(
+            got.shape == (p.shape[1],),
+            f"return one number per head, shape ({p.shape[1]},); got {tuple(got.shape)}",
         )
         want = head_confidence(p, mask)
         if not torch.allclose(got, head_confidence(p, mask), atol=1e-5):
@@ -61,11 +56,12 @@ def check_positional_share(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> s
     nxt = torch.nn.functional.one_hot((idx + 1).clamp(max=n - 1), n).float()
     uniform = torch.full((n, n), 1.0 / n)
     cases = [(torch.stack([prev, nxt])[None], o) for o in (-1, 1, 0, 2)]
-    cases += [(_random_patterns(s), o) for s, o in ((0, -1), (1, 1), (2, 3))]
+    cases += [(random_patterns(s), o) for s, o in ((0, -1), (1, 1), (2, 3))]
     for pattern, offset in cases:
         got = fn(pattern, offset)
-        assert isinstance(got, torch.Tensor) and got.shape == (pattern.shape[1],), (
-            f"return a tensor with one share per head, shape ({pattern.shape[1]},)"
+        expect(
+            isinstance(got, torch.Tensor) and got.shape == (pattern.shape[1],),
+            f"return a tensor with one share per head, shape ({pattern.shape[1]},)",
         )
         want = _reference_share(pattern, offset)
         if not torch.allclose(got.float(), want, atol=1e-5):
@@ -73,15 +69,16 @@ def check_positional_share(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> s
             raise AssertionError(
                 f"offset {offset}: expected {want.tolist()}, got {got.tolist()}; {hint}"
             )
-    assert fn(uniform[None, None], -1).shape == (1,)
+    expect(
+        fn(uniform[None, None], -1).shape == (1,),
+        "the function gives a wrong value on a simple input",
+    )
     return ok("a perfect previous-token head has share 1 at offset -1.")
 
 
 def check_subject_head(answer: tuple[int, int], pattern: torch.Tensor, gold: object) -> str:
     """Check that ``answer = (layer, head)`` is the encoder head whose largest weight most
     often lands on the subject when the query is the verb (nsubj, head->dep)."""
-    from multihead.analysis.roles import syntactic
-
     acc = syntactic(pattern, gold, "nsubj", "head->dep")["accuracy"]  # (layers, heads)
     if not (isinstance(answer, tuple) and len(answer) == 2):
         raise AssertionError("answer must be a (layer, head) tuple of two ints")

@@ -12,7 +12,7 @@ from multihead.analysis.diversity import (
     logit_gap,
     within_layer_spread,
 )
-from multihead.exercises._common import ok, require_callable
+from multihead.exercises._common import expect, ok, require_callable
 
 
 def _random_distances(seed: int, layers: int = 3, heads: int = 5) -> torch.Tensor:
@@ -24,9 +24,9 @@ def _random_distances(seed: int, layers: int = 3, heads: int = 5) -> torch.Tenso
 
 
 def _compare(got: object, want: torch.Tensor, what: str) -> torch.Tensor:
-    assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
-    assert got.shape == want.shape, (
-        f"{what}: return shape {tuple(want.shape)}, got {tuple(got.shape)}"
+    expect(isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}")
+    expect(
+        got.shape == want.shape, f"{what}: return shape {tuple(want.shape)}, got {tuple(got.shape)}"
     )
     return got.to(want.dtype)
 
@@ -93,7 +93,8 @@ def check_logit_gap_bound(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
             )
         raise AssertionError("use r = max(a - b) - min(a - b) and log 2 - log1p(exp(-r))")
     shifted = fn(a, a + 2.0)  # a constant shift changes no softmax: the bound must be 0
-    assert torch.allclose(shifted.to(torch.float64), torch.zeros_like(want), atol=1e-8), (
-        "two rows whose logits differ by a constant give the same softmax: the bound is 0"
+    expect(
+        torch.allclose(shifted.to(torch.float64), torch.zeros_like(want), atol=1e-8),
+        "two rows whose logits differ by a constant give the same softmax: the bound is 0",
     )
     return ok("your bound matches log 2 - log(1 + exp(-r)) and vanishes for shifted logits.")

@@ -7,22 +7,21 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.exercises._common import ok, require_callable
+from multihead.exercises._common import expect, ok, require_callable
+from multihead.interventions.gates import hard_concrete
 
 
 def check_hard_concrete(fn: Callable[..., torch.Tensor]) -> str:
     """Check ``fn(log_alpha, u, beta, gamma, zeta) -> gates``: the Hard Concrete sample
     ``clip(gamma + (zeta - gamma) * sigmoid((log u - log(1 - u) + log_alpha) / beta), 0, 1)``."""
-    from multihead.interventions.gates import hard_concrete
-
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(0)
     for beta, gamma, zeta in ((2 / 3, -0.1, 1.1), (0.5, -0.2, 1.05)):
         log_alpha = 2 * torch.randn(50, generator=gen)
         u = torch.rand(50, generator=gen).clamp(1e-4, 1 - 1e-4)
         got = fn(log_alpha, u, beta, gamma, zeta)
-        assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
-        assert got.shape == u.shape, f"return one gate per u, shape {tuple(u.shape)}"
+        expect(isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}")
+        expect(got.shape == u.shape, f"return one gate per u, shape {tuple(u.shape)}")
         want = hard_concrete(log_alpha, u, beta, gamma, zeta)
         if not torch.allclose(got, want, atol=1e-5):
             if got.min() < 0 or got.max() > 1:
@@ -71,8 +70,8 @@ def check_taylor_importance(fn: Callable[[torch.Tensor, torch.Tensor], torch.Ten
     z = torch.randn(5, 3, 4, 2, generator=gen)
     g = torch.randn(5, 3, 4, 2, generator=gen)
     got = fn(z, g)
-    assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
-    assert got.shape == (3,), f"return one number per head, shape (3,); got {tuple(got.shape)}"
+    expect(isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}")
+    expect(got.shape == (3,), f"return one number per head, shape (3,); got {tuple(got.shape)}")
     want = (z * g).sum(dim=(2, 3)).abs().mean(0)
     if not torch.allclose(got, want, atol=1e-5):
         if torch.allclose(got, (z * g).sum(dim=(2, 3)).mean(0).abs(), atol=1e-5):

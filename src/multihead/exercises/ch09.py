@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
-from multihead.exercises._common import ok, require_callable
-
-
-def _random_patterns(seed: int, batch: int = 3, heads: int = 4, n: int = 7) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    scores = 3 * torch.randn(batch, heads, n, n, generator=gen)
-    return scores.softmax(-1)  # (batch, heads, n, n)
+from multihead.analysis.metrics import js_divergence
+from multihead.exercises._common import expect, ok, random_patterns, require_callable
+from multihead.pretrained.load import word_level
 
 
 def check_js_divergence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(p, q) -> (...)``: the Jensen-Shannon divergence in nats of distributions on
     the last dimension, with 0 log 0 = 0 (rows with zeros must not give nan)."""
-    import math
-
-    from multihead.analysis.metrics import js_divergence
-
     require_callable("fn", fn)
     one_hot = torch.eye(4, dtype=torch.float64)
     cases = [(one_hot[0], one_hot[1]), (one_hot, one_hot.roll(1, 0))]
-    cases += [(_random_patterns(s).double(), _random_patterns(s + 10).double()) for s in (0, 1)]
+    cases += [(random_patterns(s).double(), random_patterns(s + 10).double()) for s in (0, 1)]
     for p, q in cases:
         got = fn(p, q)
-        assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
-        assert got.shape == p.shape[:-1], (
+        expect(isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}")
+        expect(
+            got.shape == p.shape[:-1],
             f"return one value per distribution, shape {tuple(p.shape[:-1])}; got "
-            f"{tuple(got.shape)}"
+            f"{tuple(got.shape)}",
         )
         if torch.isnan(got).any():
             raise AssertionError("got nan: use 0 log 0 = 0 (torch.special.xlogy does this)")
@@ -43,25 +37,27 @@ def check_js_divergence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
                 f"expected {want.flatten()[:4].tolist()}..., got {got.flatten()[:4].tolist()}...; "
                 "JS(p, q) = KL(p || m) / 2 + KL(q || m) / 2 with m = (p + q) / 2, in nats"
             )
-    assert abs(float(fn(one_hot[0], one_hot[2])) - math.log(2)) < 1e-6
+    expect(
+        abs(float(fn(one_hot[0], one_hot[2])) - math.log(2)) < 1e-6,
+        "the function gives a wrong value on a simple input",
+    )
     return ok("your JS divergence is log 2 for disjoint supports and matches the reference.")
 
 
 def check_word_level(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> str:
     """Check ``fn(token_attention, word_of_token, n_words) -> (..., words, words)``:
     attention *to* a word is the sum over its tokens, attention *from* a word the mean."""
-    from multihead.pretrained.load import word_level
-
     require_callable("fn", fn)
     cases = [
-        (_random_patterns(0, batch=1, heads=2, n=5)[0], torch.tensor([0, 1, 1, 2, 3]), 4),
-        (_random_patterns(1, batch=2, heads=3, n=6), torch.tensor([0, 1, 1, 1, 2, 2]), 3),
+        (random_patterns(0, batch=1, heads=2, n=5)[0], torch.tensor([0, 1, 1, 2, 3]), 4),
+        (random_patterns(1, batch=2, heads=3, n=6), torch.tensor([0, 1, 1, 1, 2, 2]), 3),
     ]
     for p, wot, n_words in cases:
         got = fn(p, wot, n_words)
         want = word_level(p, wot, n_words)
-        assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
-            f"return shape {tuple(want.shape)} (..., words, words)"
+        expect(
+            isinstance(got, torch.Tensor) and got.shape == want.shape,
+            f"return shape {tuple(want.shape)} (..., words, words)",
         )
         if not torch.allclose(got, want, atol=1e-5):
             rows = got.sum(-1)
@@ -83,9 +79,10 @@ def check_classical_mds(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
         pts = torch.randn(n, dim, generator=gen, dtype=torch.float64)
         d = torch.cdist(pts, pts)
         got = fn(d, dim)
-        assert isinstance(got, torch.Tensor) and got.shape == (n, dim), (
+        expect(
+            isinstance(got, torch.Tensor) and got.shape == (n, dim),
             f"return the coordinates, shape ({n}, {dim}); got "
-            f"{getattr(got, 'shape', type(got).__name__)}"
+            f"{getattr(got, 'shape', type(got).__name__)}",
         )
         err = (torch.cdist(got.double(), got.double()) - d).abs().max().item()
         if err > 1e-6:

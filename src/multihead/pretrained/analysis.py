@@ -16,7 +16,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from multihead.analysis.metrics import entropy, head_distance_matrix
+from multihead.analysis.diversity import pairwise_head_distances
+from multihead.analysis.metrics import entropy
 from multihead.analysis.roles import Gold
 from multihead.pretrained.load import HeadMask, SentenceAttention
 
@@ -126,7 +127,7 @@ def head_distances(maps: list[SentenceAttention]) -> Tensor:
     for m in maps:
         p = m.word_attention  # (layers, heads, w, w)
         flat = p.reshape(1, -1, *p.shape[-2:])  # (1, layers * heads, w, w)
-        total = total + head_distance_matrix(flat) * p.shape[-2]
+        total = total + pairwise_head_distances(flat) * p.shape[-2]
         n_queries += p.shape[-2]
     return total / n_queries
 
@@ -143,9 +144,10 @@ def gradient_importance(head_mask: HeadMask, objective: Objective) -> Tensor:
     if not isinstance(head_mask, HeadMask):
         raise TypeError("head_mask must be a multihead.pretrained.load.HeadMask")
     head_mask.mask = torch.ones_like(head_mask.mask).requires_grad_(True)
-    value = objective()
-    (grad,) = torch.autograd.grad(value, head_mask.mask)
-    head_mask.mask = torch.ones_like(head_mask.mask)
+    try:
+        (grad,) = torch.autograd.grad(objective(), head_mask.mask)
+    finally:  # the mask is open and plain again, even if the objective raised
+        head_mask.mask = torch.ones_like(head_mask.mask).detach()
     return grad.abs()
 
 
@@ -157,15 +159,17 @@ def ablation_importance(head_mask: HeadMask, objective: Objective) -> Tensor:
     if not isinstance(head_mask, HeadMask):
         raise TypeError("head_mask must be a multihead.pretrained.load.HeadMask")
     layers, heads = head_mask.mask.shape
-    with torch.no_grad():
+    try:
+        with torch.no_grad():
+            head_mask.set([])
+            base = float(objective())
+            out = torch.zeros(layers, heads)
+            for i in range(layers):
+                for h in range(heads):
+                    head_mask.set([(i, h)])
+                    out[i, h] = base - float(objective())
+    finally:
         head_mask.set([])
-        base = float(objective())
-        out = torch.zeros(layers, heads)
-        for i in range(layers):
-            for h in range(heads):
-                head_mask.set([(i, h)])
-                out[i, h] = base - float(objective())
-    head_mask.set([])
     return out
 
 
@@ -186,11 +190,13 @@ def pruning_curve(
     if any(not 0 <= k <= layers * heads for k in steps):
         raise ValueError(f"steps must lie in [0, {layers * heads}], got {steps}")
     values = []
-    with torch.no_grad():
-        for k in steps:
-            head_mask.set([(int(j) // heads, int(j) % heads) for j in order[:k]])
-            values.append(float(objective()))
-    head_mask.set([])
+    try:
+        with torch.no_grad():
+            for k in steps:
+                head_mask.set([(int(j) // heads, int(j) % heads) for j in order[:k]])
+                values.append(float(objective()))
+    finally:
+        head_mask.set([])
     return torch.tensor(values)
 
 

@@ -16,12 +16,18 @@ from multihead._checks import check_positive_int
 
 
 def median_times(
-    fns: dict[str, Callable[[], object]], *, rounds: int = 15, number: int = 3, warmup: int = 2
+    fns: dict[str, Callable[[], object]],
+    *,
+    rounds: int = 15,
+    number: int = 3,
+    warmup: int = 2,
+    grad: bool = False,
 ) -> dict[str, float]:
     """Median seconds per call of each function, over ``rounds`` interleaved rounds.
 
     Each round calls every function ``number`` times in turn, so a slow moment of the
-    machine hits all of them alike. ``warmup`` untimed calls come first.
+    machine hits all of them alike. ``warmup`` untimed calls come first. The calls run in
+    inference mode unless ``grad`` (set it to time a backward pass).
 
     Shapes: none.
     """
@@ -35,7 +41,9 @@ def median_times(
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup={warmup!r} must be an int >= 0")
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    with torch.inference_mode():
+    if not isinstance(grad, bool):
+        raise TypeError(f"grad must be a bool, got {type(grad).__name__}")
+    with torch.inference_mode(not grad):
         for fn in fns.values():
             for _ in range(warmup):
                 fn()

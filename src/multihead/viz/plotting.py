@@ -14,7 +14,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from multihead.analysis.metrics import check_pattern
+from multihead._checks import check_pattern
 
 
 def _np(x: object) -> np.ndarray:
@@ -40,9 +40,7 @@ def plot_pattern(
 
     Shapes: pattern (query, key).
     """
-    p = check_pattern("pattern", torch.as_tensor(pattern))
-    if p.ndim != 2:
-        raise ValueError(f"pattern must be (query, key), got shape {tuple(p.shape)}")
+    p = check_pattern("pattern", torch.as_tensor(pattern), ndim=2, layout="(query, key)")
     _check_tokens("query_tokens", query_tokens, p.shape[0])
     key_tokens = query_tokens if key_tokens is None and p.shape[0] == p.shape[1] else key_tokens
     _check_tokens("key_tokens", key_tokens, p.shape[1])
@@ -77,9 +75,7 @@ def plot_heads(
 
     Shapes: patterns (heads, query, key).
     """
-    p = check_pattern("patterns", torch.as_tensor(patterns), 3, "(heads, query, key)")
-    if p.ndim != 3:
-        raise ValueError(f"patterns must be (heads, query, key), got shape {tuple(p.shape)}")
+    p = check_pattern("patterns", torch.as_tensor(patterns), ndim=3, layout="(heads, query, key)")
     h = p.shape[0]
     if titles is not None and len(titles) != h:
         raise ValueError(f"titles has {len(titles)} entries for {h} heads")
@@ -107,9 +103,8 @@ def plot_grid(
 
     Shapes: patterns (layers, heads, query, key).
     """
-    p = check_pattern("patterns", torch.as_tensor(patterns), 4, "(layers, heads, query, key)")
-    if p.ndim != 4:
-        raise ValueError(f"patterns must be (layers, heads, query, key), got {tuple(p.shape)}")
+    layout = "(layers, heads, query, key)"
+    p = check_pattern("patterns", torch.as_tensor(patterns), ndim=4, layout=layout)
     n_layers, n_heads = p.shape[:2]
     _check_tokens("tokens", tokens, p.shape[-1])
     fig, axes = plt.subplots(

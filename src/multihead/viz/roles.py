@@ -17,16 +17,13 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch, Rectangle
 from torch import Tensor
 
+from multihead.analysis.roles import ROLE_NAMES
 from multihead.viz.plotting import plot_pattern
 
-ROLE_COLORS = {
-    "positional": "#8e6bbf",
-    "self": "#c9b3e6",
-    "delimiter": "#9e9e9e",
-    "syntactic": "#4caf50",
-    "rare-word": "#ff9800",
-    "none": "#f2f2f2",
-}
+# One colour per role of ``analysis.roles.ROLE_NAMES``, in that order.
+ROLE_COLORS = dict(
+    zip(ROLE_NAMES, ("#8e6bbf", "#c9b3e6", "#9e9e9e", "#4caf50", "#ff9800", "#f2f2f2"), strict=True)
+)
 
 
 def role_grid(
@@ -38,7 +35,7 @@ def role_grid(
 
     Shapes: roles and labels are nested lists (layers, heads).
     """
-    names = list(ROLE_COLORS)
+    names = list(ROLE_NAMES)
     bad = {r for row in roles for r in row} - set(names)
     if bad:
         raise ValueError(f"roles {sorted(bad)} are not among {names}")

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from multihead.analysis.metrics import check_pattern
+from multihead._checks import check_pattern
 from multihead.viz.plotting import plot_pattern
 
 
@@ -48,12 +48,8 @@ class WithStaticFallback:
 
 def _as_examples(patterns: object) -> list[torch.Tensor]:
     if isinstance(patterns, torch.Tensor):
-        check_pattern("patterns", patterns, 5, "(examples, layers, heads, query, key)")
-        if patterns.ndim != 5:
-            raise ValueError(
-                "patterns must be (examples, layers, heads, query, key) or a list of "
-                f"(layers, heads, query, key) tensors, got shape {tuple(patterns.shape)}"
-            )
+        layout = "(examples, layers, heads, query, key) or a list of (layers, heads, q, k)"
+        check_pattern("patterns", patterns, ndim=5, layout=layout)
         return list(patterns)
     if not isinstance(patterns, Sequence) or not patterns:
         raise TypeError("patterns must be a tensor or a non-empty list of tensors")

@@ -1,0 +1,39 @@
+"""What attention costs: parameters and forward FLOPs of one self-attention layer.
+
+FLOPs count a multiply-add as 2 and cover the matrix products only: the four projections,
+the logits ``Q K^T`` and the weighted sum ``P V`` (softmax, scaling and biases left out).
+"""
+
+from __future__ import annotations
+
+from multihead._checks import check_positive_int
+
+
+def attention_cost(
+    d_model: int, n_heads: int, d_key: int, d_value: int, seq_len: int
+) -> dict[str, int]:
+    """Parameters and forward FLOPs of one self-attention layer (biases included).
+
+    Parameters include the biases; FLOPs are counted as in the module docstring.
+
+    Shapes: none -> {"params", "flops", "flops_logits"}.
+    """
+    for name, v in (("d_model", d_model), ("n_heads", n_heads), ("d_key", d_key)):
+        check_positive_int(name, v)
+    check_positive_int("d_value", d_value)
+    check_positive_int("seq_len", seq_len)
+    hk, hv = n_heads * d_key, n_heads * d_value
+    params = 2 * (d_model * hk + hk) + (d_model * hv + hv) + (hv * d_model + d_model)
+    proj = 2 * seq_len * d_model * (2 * hk + 2 * hv)  # W_Q, W_K, W_V and W_O
+    logits = 2 * seq_len * seq_len * hk
+    mix = 2 * seq_len * seq_len * hv
+    return {"params": params, "flops": proj + logits + mix, "flops_logits": logits}
+
+
+def mha_flops(d_model: int, n_heads: int, d_key: int, d_value: int, n: int) -> int:
+    """FLOPs (2 per multiply-add) of the matrix products in one self-attention forward pass
+    over ``n`` tokens: ``attention_cost(...)["flops"]``.
+
+    Shapes: none.
+    """
+    return attention_cost(d_model, n_heads, d_key, d_value, n)["flops"]
