@@ -59,6 +59,8 @@ def quantise(weights: np.ndarray) -> np.ndarray:
 
 def _to_numpy(name: str, value: Any) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor, on any device
+        if not value.is_floating_point():
+            raise TypeError(f"{name} must hold floats (attention weights), got {value.dtype}")
         value = value.detach().float().cpu().numpy()
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{name} must be a torch tensor or NumPy array, got {type(value).__name__}")
