@@ -258,6 +258,7 @@ def test_rendered_pages(edition, site, browser):
             assert f"({edition} edition)" in c["title"], page
 
     if edition == "reader":
+        _open(browser, f"{prefix}/book/intro.html")
         _screenshot(browser, "intro")
         browser.get(f"{prefix}/book/01_mha_from_scratch.html")
         browser.execute_async_script(WAIT_MATH)
