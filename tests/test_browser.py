@@ -95,8 +95,13 @@ performance.getEntriesByType("resource").forEach(r => {
 });
 const unrendered = [...document.querySelectorAll(".math")]
   .filter(m => !m.querySelector("mjx-container")).map(m => m.textContent.slice(0, 60));
+// An undefined macro (say \softmax without its _config.yml definition) is not an merror:
+// MathJax shows it as red text. Read that from the typeset MathML.
+const mathml = window.MathJax && MathJax.startup && MathJax.startup.document
+  ? Array.from(MathJax.startup.document.math).map(m => MathJax.startup.toMML(m.root)) : [];
 return {
   typeset: document.querySelectorAll("mjx-container").length,
+  undefined_macros: mathml.filter(m => /mathcolor="red"/.test(m)).map(m => m.slice(0, 200)),
   unrendered_tex: tex.concat(unrendered),
   merror: document.querySelectorAll("mjx-merror, [data-mjx-error]").length,
   missing_images: [...document.images].filter(i => !i.complete || i.naturalWidth === 0)
@@ -223,7 +228,16 @@ def test_rendered_pages(edition, site, browser):
         and p.name != "index.html"  # a redirect to book/intro.html
     )
     totals = dict.fromkeys(
-        ("typeset", "unrendered_tex", "merror", "missing_images", "external", "glue"), 0
+        (
+            "typeset",
+            "unrendered_tex",
+            "merror",
+            "undefined_macros",
+            "missing_images",
+            "external",
+            "glue",
+        ),
+        0,
     )
     failures = []
     solutions = dropdowns = instructor = solution_titles = 0
@@ -241,6 +255,7 @@ def test_rendered_pages(edition, site, browser):
         for key, found in (
             ("unrendered_tex", c["unrendered_tex"]),
             ("merror", [c["merror"]] if c["merror"] else []),
+            ("undefined_macros", c["undefined_macros"]),
             ("missing_images", c["missing_images"]),
             ("external", c["external"]),
             ("glue", glue_bad),
@@ -270,8 +285,9 @@ def test_rendered_pages(edition, site, browser):
     print(
         f"\n[browser] {edition} edition: {len(pages)} pages, {totals['typeset']} math nodes "
         f"typeset, {totals['unrendered_tex']} unrendered TeX, {totals['merror']} MathJax "
-        f"errors, {totals['missing_images']} missing images, {totals['external']} external "
-        f"URLs, {totals['glue']} glue problems; solutions {solutions} "
+        f"errors, {totals['undefined_macros']} undefined macros, {totals['missing_images']} "
+        f"missing images, {totals['external']} external URLs, {totals['glue']} glue problems; "
+        f"solutions {solutions} "
         f"(dropdown {dropdowns}), instructor blocks {instructor}; {seconds:.0f} s"
     )
     assert not failures, "\n".join(failures)
