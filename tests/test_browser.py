@@ -4,8 +4,9 @@ Each edition is built once (``MULTIHEAD_EDITION``), served on 127.0.0.1, and eve
 opened in Debian's chromium (driven by selenium and chromium-driver) with every other host
 unresolvable, as for a reader with no network. After MathJax has typeset a page we count
 unrendered TeX, MathJax errors, missing images, external scripts, stylesheets and other
-fetches, and glued values; on the chapter-1 notebook page we click the head viewer. Three
-screenshots go to ``_build/screenshots/`` (intro, a proof, the viewer) for people to look at.
+fetches, and glued values; on the chapter-1 notebook page we click the head viewer. Four
+screenshots go to ``_build/screenshots/`` (intro, a proof, the viewer; and MiniLM's viewer
+with its MDS panel) for people to look at.
 
 Skips, saying what is missing, where chromium, chromedriver or selenium are not installed
 (``.ci/run`` installs them).
@@ -215,6 +216,24 @@ def _click_viewer(driver, url: str) -> str:
     return after[0]
 
 
+def _check_viewers(driver, prefix: str) -> None:
+    """Chapter 5's viewer draws the gold arcs; chapter 9's has the MDS panel, which selects."""
+    driver.get(f"{prefix}/notebooks/05_head_roles.html")
+    viewer = driver.find_element(By.CSS_SELECTOR, "div.mhv[data-ready]")
+    assert viewer.find_elements(By.CSS_SELECTOR, "line.mhv-arc"), "no gold arcs in chapter 5"
+    driver.get(f"{prefix}/notebooks/09_pretrained_heads.html")
+    viewer = driver.find_element(By.CSS_SELECTOR, "div.mhv[data-ready]")
+    before = viewer.get_attribute("data-state")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", viewer)
+    points = viewer.find_elements(By.CSS_SELECTOR, "circle")
+    assert len(points) == 72, len(points)  # 6 layers x 12 heads
+    driver.execute_script(
+        "arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", points[40]
+    )
+    assert viewer.get_attribute("data-state") != before, "the MDS panel did not select a head"
+    _screenshot(driver, "viewer_minilm", "div.mhv")
+
+
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_rendered_pages(edition, site, browser):
     start = time.perf_counter()
@@ -281,6 +300,7 @@ def test_rendered_pages(edition, site, browser):
         state = _click_viewer(browser, f"{prefix}/notebooks/01_mha_from_scratch.html")
         _screenshot(browser, "viewer", "div.mhv")
         print(f"\n[browser] viewer state after clicks: {state}")
+        _check_viewers(browser, prefix)
     seconds = time.perf_counter() - start
     print(
         f"\n[browser] {edition} edition: {len(pages)} pages, {totals['typeset']} math nodes "
