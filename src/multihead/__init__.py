@@ -29,8 +29,8 @@ from multihead.core.runtime import device, is_fast, pick, seed_everything
 CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_mha_from_scratch": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.plotting",
-        "viz.widgets",
+        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.headview",
+        "viz.plotting", "viz.widgets",
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
@@ -47,8 +47,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
-        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.plotting",
-        "viz.roles", "viz.widgets",
+        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.headview",
+        "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
         "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.tagging",
@@ -67,7 +67,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "09_pretrained_heads": (
         "core.runtime", "analysis.metrics", "analysis.roles", "pretrained.analysis",
-        "pretrained.load", "viz.plotting",
+        "pretrained.load", "viz.headview", "viz.plotting",
     ),
 }  # fmt: skip
 
