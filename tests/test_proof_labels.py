@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.md"))
 BLOCK = re.compile(
-    r"^:::+\{prf:(theorem|lemma|proposition|corollary)\}[^\n]*\n(?::[a-z]+:[^\n]*\n)*?:label: (\S+)",
+    r"^:::+\{prf:(theorem|lemma|proposition|corollary)\}[^\n]*\n"  # the opening line
+    r"(?::[a-z]+:[^\n]*\n)*?:label: (\S+)",  # options, up to the label
     re.M,
 )
 ANY_LABEL = re.compile(r"^:label: (\S+)", re.M)
