@@ -176,3 +176,20 @@ def js_logit_bound(gap: Tensor | float) -> Tensor:
     if (g < 0).any():
         raise ValueError(f"gap must be >= 0 (a range of logit differences), got {gap!r}")
     return math.log(2) - torch.log1p(torch.exp(-g))
+
+
+def js_ratio_bound(gap: Tensor | float) -> Tensor:
+    """The second-order bound on the JS divergence of two softmax rows whose logit difference
+    has range ``gap`` (chapter 6): ``(e^gap - 1)^2 / (2 (e^gap + 1))``, about ``gap^2 / 4``
+    for a small gap and at most ``gap^2 e^gap / 4`` for every gap.
+
+    Shapes: (...) -> (...).
+    """
+    if isinstance(gap, bool) or not isinstance(gap, (Tensor, int, float)):
+        raise TypeError(f"gap must be a number or a float tensor, got {type(gap).__name__}")
+    g = gap if isinstance(gap, Tensor) and gap.is_floating_point() else torch.as_tensor(gap)
+    g = g.to(g.dtype if g.is_floating_point() else torch.get_default_dtype())
+    if (g < 0).any():
+        raise ValueError(f"gap must be >= 0 (a range of logit differences), got {gap!r}")
+    e = torch.expm1(g)  # e^gap - 1, accurate for a small gap
+    return e * e / (2 * (e + 2))

@@ -316,4 +316,80 @@ def best_fit_example(
     return target[0], res.P[0], res.kl.item()
 
 
-# ---------------------------------------------------------------------- cost
+# ---------------------------------------------------------------------- proof checks
+def null_vector_defect(X: Tensor, P: Tensor, rtol: float = 1e-10) -> Tensor:
+    """How far ``P`` is from the constraint that dependent tokens impose on every head.
+
+    If ``X u = 0`` for some ``u != 0``, every pattern of every head on ``X`` (any key size)
+    satisfies ``(H log P) u = 0`` (chapter 3, the null-vector proposition). This returns the
+    largest ``||(H log P) u||`` over unit vectors ``u`` of the null space of ``X``: 0 (up to
+    roundoff) for a pattern that some head produces, positive for one no head produces, and
+    exactly 0 when ``X`` has full column rank (no constraint).
+
+    Shapes: X (d, n), P (n, n) positive column-stochastic -> scalar tensor.
+    """
+    X = check_tensor("X", X, min_ndim=2, finite=True)
+    if X.ndim != 2:
+        raise ValueError(f"X must be a matrix (d, n), got shape {tuple(X.shape)}")
+    P = check_column_stochastic("P", P, atol=1e-6 if P.dtype == torch.float64 else 1e-4)
+    if P.ndim != 2 or P.shape[0] != X.shape[1]:
+        raise ValueError(f"P must be ({X.shape[1]}, {X.shape[1]}) for X of shape {tuple(X.shape)}")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)):
+        raise TypeError(f"rtol must be a float, got {type(rtol).__name__}")
+    if not 0.0 < rtol < 1.0:
+        raise ValueError(f"rtol={rtol!r} must lie in (0, 1)")
+    n = X.shape[1]
+    _, s, Vh = torch.linalg.svd(X.to(P.dtype))  # full_matrices: Vh is (n, n)
+    top = s[0] if s.numel() else torch.zeros((), dtype=P.dtype)
+    rank = int((s > rtol * top).sum().item()) if top > 0 else 0
+    if rank == n:
+        return torch.zeros((), dtype=P.dtype)
+    U = Vh[rank:].T  # (n, n - rank): orthonormal basis of the null space of X
+    return torch.linalg.matrix_norm(centered_log(P) @ U, ord=2)
+
+
+def realize_mixed_logits(
+    X: Tensor, W: Tensor, d_k: int, weights: Tensor, rtol: float = 1e-8
+) -> tuple[Tensor, Tensor]:
+    """Weights of ``h_k`` key heads whose mixed logits give the row-stochastic pattern ``W``.
+
+    Row convention (tokens are the rows of ``X``, as in chapter 4). With ``X`` of full row
+    rank and ``rank(log W - row means) <= h_k d_k``, returns ``W_Q, W_K`` such that
+    ``softmax_rows(sum_i weights[i] X W_Q[i] W_K[i]^T X^T / sqrt(d_k)) == W``: the target
+    ``C = (log W) H`` is pulled back to ``M = X^+ C X^{+T}`` (``X X^+ = I``), ``M`` is
+    factored as ``A B^T`` with ``h_k d_k`` columns, and the columns are split into heads.
+
+    Shapes: X (n, d), W (n, n), weights (h_k,) all nonzero -> W_Q, W_K (h_k, d, d_k).
+    """
+    check_positive_int("d_k", d_k)
+    X = check_tensor("X", X, min_ndim=2, finite=True)
+    W = check_tensor("W", W, min_ndim=2, finite=True)
+    weights = check_tensor("weights", weights, min_ndim=1, finite=True)
+    if X.ndim != 2 or W.ndim != 2 or weights.ndim != 1:
+        raise ValueError("need X (n, d), W (n, n) and weights (h_k,)")
+    n, d = X.shape
+    if W.shape != (n, n):
+        raise ValueError(f"W must be ({n}, {n}) for X with n={n} rows, got {tuple(W.shape)}")
+    if (weights == 0).any():
+        raise ValueError("weights must all be nonzero: a head with weight 0 contributes nothing")
+    # A row-stochastic W is the transpose of a column-stochastic one.
+    C = centered_log(W.T).T  # (n, n): log W minus each row's mean
+    h_k = weights.shape[0]
+    r = numerical_rank(C, rtol)
+    if r > h_k * d_k:
+        raise ValueError(f"h_k * d_k = {h_k * d_k} is too small: the centred log of W has rank {r}")
+    if d < n or numerical_rank(X.to(C.dtype), 1e-10) < n:
+        raise ValueError(f"X must have full row rank n={n} (independent tokens, d >= n)")
+    Xd = X.to(C.dtype)
+    X_plus = torch.linalg.solve(Xd @ Xd.T, Xd).T  # (d, n), X @ X_plus = I_n
+    M = X_plus @ C @ X_plus.T  # (d, d), rank r
+    U, S, Vh = torch.linalg.svd(M)
+    A = torch.zeros(d, h_k * d_k, dtype=C.dtype)
+    B = torch.zeros(d, h_k * d_k, dtype=C.dtype)
+    A[:, :r] = U[:, :r] * S[:r]
+    B[:, :r] = Vh[:r].T
+    w = weights.to(C.dtype)
+    # Head i gets columns i*d_k..(i+1)*d_k-1; its weight and the scaling are undone in W_Q.
+    W_Q = A.T.reshape(h_k, d_k, d).transpose(1, 2) * math.sqrt(d_k) / w[:, None, None]
+    W_K = B.T.reshape(h_k, d_k, d).transpose(1, 2)  # (h_k, d, d_k)
+    return W_Q, W_K
