@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead._checks import check_attention_inputs, check_probability, check_tensor
+from multihead._checks import check_attention_inputs as check_inputs
+from multihead._checks import check_probability, check_tensor
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
 
@@ -92,9 +93,12 @@ class MultiHeadAttention(nn.Module):
         bias: add biases to the four projections.
         attn_dropout: dropout on the attention pattern (training only).
 
-    ``head_mask`` (a buffer, 1 = kept) multiplies each head's output; change it with
-    ``multihead.interventions.ablation.head_masks``. ``materialize`` selects the explicit
-    path (see the module docstring).
+    ``forward(query, key=None, value=None, *, key_padding_mask=None, causal=False)`` attends
+    from ``query`` to ``key``/``value`` (self-attention when they are None);
+    ``key_padding_mask`` (batch, k_len) is True at padding keys and ``causal=True`` lets query
+    ``i`` see keys ``j <= i``. ``head_mask`` (a buffer, 1 = kept) multiplies each head's
+    output; change it with ``multihead.interventions.ablation.head_masks``. ``materialize``
+    selects the explicit path (see the module docstring).
 
     Shapes: forward(query (batch, q_len, d_model), key/value (batch, k_len, d_model))
     -> (batch, q_len, d_model).
@@ -119,39 +123,38 @@ class MultiHeadAttention(nn.Module):
         self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_key))
         self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_value))
         self.W_O = nn.Parameter(torch.empty(n_heads, d_value, d_model))
-        for name, shape in (("b_Q", (n_heads, d_key)), ("b_K", (n_heads, d_key))) + (
-            ("b_V", (n_heads, d_value)),
-            ("b_O", (d_model,)),
-        ):
+        biases = {"b_Q": (n_heads, d_key), "b_K": (n_heads, d_key), "b_V": (n_heads, d_value)}
+        for name, shape in {**biases, "b_O": (d_model,)}.items():
             self.register_parameter(name, nn.Parameter(torch.zeros(shape)) if bias else None)
         self.register_buffer("head_mask", torch.ones(n_heads))  # 1 keeps a head, 0 silences it
         self.q, self.k, self.v, self.z = HookPoint(), HookPoint(), HookPoint(), HookPoint()
         self.scores, self.pattern = HookPoint(True), HookPoint(True)  # explicit path only
         self.reset_parameters()
 
-    def forward(self, query, key=None, value=None, *, key_padding_mask=None, causal=False):
-        """Attend from ``query`` to ``key``/``value`` (self-attention if None); padding keys
-        are True in ``key_padding_mask``; ``causal`` lets query i see keys j <= i. Shapes: query
-        (batch, q_len, d_model), key/value (batch, k_len, d_model) -> (batch, q_len, d_model)."""
-        query, key, value = check_attention_inputs(
-            self.d_model, query, key, value, key_padding_mask, causal
-        )
-        (batch, q_len, _), k_len = query.shape, key.shape[1]
-        mask = blocked(key_padding_mask, causal, q_len, k_len, query.device)  # True = blocked
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+    ) -> Tensor:
+        """Shapes: query (batch, q_len, d_model), key/value (batch, k_len, d_model) -> as query."""
+        query, key, value = check_inputs(self.d_model, query, key, value, key_padding_mask, causal)
+        mask = blocked(key_padding_mask, causal, query.shape[1], key.shape[1], query.device)
         q, k, v = self.project_qkv(query, key, value)
         q, k, v = self.q(q), self.k(k), self.v(v)  # (batch, heads, len, d_key or d_value)
         p_drop = self.attn_dropout if self.training else 0.0
         if self.materialize:  # explicit: scores and pattern pass their hook points
             scores = (q / math.sqrt(self.d_key)) @ k.transpose(-2, -1)  # (batch, heads, q, k)
-            if mask is not None:
-                scores = scores.masked_fill(mask, float("-inf"))
+            scores = scores if mask is None else scores.masked_fill(mask, float("-inf"))
             pattern = self.pattern(self.scores(scores).softmax(dim=-1))  # rows sum to 1
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
         else:  # fused kernel (its mask means "may attend": the opposite polarity)
             z = F.scaled_dot_product_attention(q, k, v, mask if mask is None else ~mask, p_drop)
         z = self.z(z) * self.head_mask[:, None, None]  # (batch, heads, q_len, d_value)
-        z_cat = z.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_value)
-        out = z_cat @ self.W_O.reshape(self.n_heads * self.d_value, self.d_model)  # concat, W_O
+        out = z.transpose(1, 2).flatten(2) @ self.W_O.flatten(0, 1)  # concatenate heads, W_O
         return out if self.b_O is None else out + self.b_O
 
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> list[Tensor]:
