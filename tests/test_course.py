@@ -52,6 +52,7 @@ def test_setup_cells_are_identical_and_current():
         assert first.cell_type == "code" and first.source == expected, (
             f"{path.name}: run `python -m multihead.tools.nbtools sync`"
         )
+        assert first.metadata.get("tags") == nbtools.SETUP_TAGS, f"{path.name}: setup cell tag"
 
 
 def test_setup_cell_installs_from_the_configured_repository():

@@ -33,6 +33,8 @@ if ON_COLAB and importlib.util.find_spec("multihead") is None:
     )"""
 
 COLAB_METADATA = {"provenance": [], "gpuType": "T4"}
+# The rendered book leaves the setup cell out (Colab and Jupyter still show it).
+SETUP_TAGS = ["remove-cell"]
 
 
 def repository_url(root: Path) -> str:
@@ -60,7 +62,8 @@ def notebooks(root: Path) -> list[Path]:
 
 
 def sync(root: Path, paths: list[Path] | None = None) -> list[Path]:
-    """Make cell 1 of each notebook the setup cell and ask Colab for a GPU; return changed."""
+    """Make cell 1 of each notebook the setup cell (tagged so the book leaves it out) and ask
+    Colab for a GPU; return the notebooks that changed."""
     import nbformat
 
     source = setup_source(root)
@@ -73,14 +76,16 @@ def sync(root: Path, paths: list[Path] | None = None) -> list[Path]:
             and first.cell_type == "code"
             and first.source.startswith(SETUP_MARKER)
         ):
-            if first.source == source:
+            if first.source == source and first.metadata.get("tags") == SETUP_TAGS:
                 before = None
             else:
                 before = first.source
                 first.source = source
         else:
             before = ""
-            nb.cells.insert(0, nbformat.v4.new_code_cell(source))
+            first = nbformat.v4.new_code_cell(source)
+            nb.cells.insert(0, first)
+        first.metadata["tags"] = list(SETUP_TAGS)
         meta_before = (nb.metadata.get("accelerator"), nb.metadata.get("colab"))
         nb.metadata["accelerator"] = "GPU"
         nb.metadata["colab"] = dict(COLAB_METADATA)
