@@ -29,45 +29,46 @@ from multihead.core.runtime import device, is_fast, pick, seed_everything
 CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_mha_from_scratch": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.headview",
-        "viz.plotting", "viz.widgets",
+        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.glue",
+        "viz.headview", "viz.plotting", "viz.widgets",
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "interventions.symmetry",
+        "core.train", "tasks.synthetic", "interventions.symmetry", "viz.glue",
     ),
     "03_low_rank_bottleneck": (
-        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime", "core.train",
-        "tasks.synthetic", "analysis.cost", "analysis.lowrank", "viz.widgets",
+        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
+        "core.train", "tasks.synthetic", "analysis.cost", "analysis.lowrank", "viz.glue",
+        "viz.widgets",
     ),
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
         "core.talking_heads", "core.train", "tasks.synthetic", "analysis.lowrank",
-        "analysis.patternfit",
+        "analysis.patternfit", "viz.glue",
     ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
-        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.headview",
-        "viz.plotting", "viz.roles", "viz.widgets",
+        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.glue",
+        "viz.headview", "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
         "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.tagging",
         "tasks.translation", "analysis.diversity", "analysis.metrics", "analysis.roles",
-        "interventions.ablation",
+        "interventions.ablation", "viz.glue",
     ),
     "07_pruning": (
         "core.model", "core.runtime", "core.train", "tasks.corpus", "tasks.translation",
         "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
-        "interventions.pruning", "viz.plotting", "viz.roles", "tools.timing",
+        "interventions.pruning", "viz.glue", "viz.plotting", "viz.roles", "tools.timing",
     ),
     "08_drophead": (
         "core.model", "core.runtime", "tasks.translation", "analysis.diversity",
         "analysis.metrics", "interventions.ablation", "interventions.drophead",
-        "interventions.pruning",
+        "interventions.pruning", "viz.glue",
     ),
     "09_pretrained_heads": (
         "core.runtime", "analysis.metrics", "analysis.roles", "pretrained.analysis",
-        "pretrained.load", "viz.headview", "viz.plotting",
+        "pretrained.load", "viz.glue", "viz.headview", "viz.plotting",
     ),
 }  # fmt: skip
 

