@@ -163,18 +163,24 @@ def logit_gap(scores_a: Tensor, scores_b: Tensor) -> Tensor:
     return diff.amax(dim=-1) - diff.amin(dim=-1)
 
 
-def js_logit_bound(gap: Tensor | float) -> Tensor:
-    """The chapter's bound on the JS divergence of two softmax rows whose logit difference
-    has range ``gap``: ``log 2 - log(1 + exp(-gap))``, which is at most ``min(gap / 2, log 2)``.
-
-    Shapes: (...) -> (...).
-    """
+def _check_gap(gap: object) -> Tensor:
+    """``gap`` as a float tensor, after checking it is a range of logit differences (>= 0)."""
     if isinstance(gap, bool) or not isinstance(gap, (Tensor, int, float)):
         raise TypeError(f"gap must be a number or a float tensor, got {type(gap).__name__}")
     g = gap if isinstance(gap, Tensor) and gap.is_floating_point() else torch.as_tensor(gap)
     g = g.to(g.dtype if g.is_floating_point() else torch.get_default_dtype())
     if (g < 0).any():
         raise ValueError(f"gap must be >= 0 (a range of logit differences), got {gap!r}")
+    return g
+
+
+def js_logit_bound(gap: Tensor | float) -> Tensor:
+    """The chapter's bound on the JS divergence of two softmax rows whose logit difference
+    has range ``gap``: ``log 2 - log(1 + exp(-gap))``, which is at most ``min(gap / 2, log 2)``.
+
+    Shapes: (...) -> (...).
+    """
+    g = _check_gap(gap)
     return math.log(2) - torch.log1p(torch.exp(-g))
 
 
@@ -185,11 +191,6 @@ def js_ratio_bound(gap: Tensor | float) -> Tensor:
 
     Shapes: (...) -> (...).
     """
-    if isinstance(gap, bool) or not isinstance(gap, (Tensor, int, float)):
-        raise TypeError(f"gap must be a number or a float tensor, got {type(gap).__name__}")
-    g = gap if isinstance(gap, Tensor) and gap.is_floating_point() else torch.as_tensor(gap)
-    g = g.to(g.dtype if g.is_floating_point() else torch.get_default_dtype())
-    if (g < 0).any():
-        raise ValueError(f"gap must be >= 0 (a range of logit differences), got {gap!r}")
+    g = _check_gap(gap)
     e = torch.expm1(g)  # e^gap - 1, accurate for a small gap
     return e * e / (2 * (e + 2))

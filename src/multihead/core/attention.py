@@ -153,8 +153,14 @@ class MultiHeadAttention(nn.Module):
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
         else:  # fused kernel (its mask means "may attend": the opposite polarity)
             z = F.scaled_dot_product_attention(q, k, v, mask if mask is None else ~mask, p_drop)
-        z = self.z(z) * self.head_mask[:, None, None]  # (batch, heads, q_len, d_value)
-        out = z.transpose(1, 2).flatten(2) @ self.W_O.flatten(0, 1)  # concatenate heads, W_O
+        return self.write(self.z(z) * self.head_mask[:, None, None])  # masked heads write 0
+
+    def write(self, z: Tensor) -> Tensor:
+        """Concatenate the heads' outputs and apply ``W_O`` (and ``b_O``).
+
+        Shapes: z (batch, heads, q_len, d_value) -> (batch, q_len, d_model).
+        """
+        out = z.transpose(1, 2).flatten(2) @ self.W_O.flatten(0, 1)  # (batch, q_len, d_model)
         return out if self.b_O is None else out + self.b_O
 
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> list[Tensor]:

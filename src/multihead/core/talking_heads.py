@@ -137,8 +137,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
         query, key, value = check_attention_inputs(
             self.d_model, query, key, value, key_padding_mask, causal
         )
-        (batch, q_len, _), k_len = query.shape, key.shape[1]
-        mask = blocked(key_padding_mask, causal, q_len, k_len, query.device)  # True = blocked
+        mask = blocked(key_padding_mask, causal, query.shape[1], key.shape[1], query.device)
         q, k, v = self.project_qkv(query, key, value)
         q, k, v = self.q(q), self.k(k), self.v(v)  # q, k (b, h_k, len, d_key); v (b, h_v, ...)
         scores = self.scores((q / math.sqrt(self.d_key)) @ k.transpose(-2, -1))  # (b, h_k, q, k)
@@ -151,9 +150,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
         mixed = pattern if self.P_w is None else self.mix(pattern, self.P_w)  # (b, h_v, q, k)
         mixed = self.mixed_pattern(mixed)
         z = self.z(mixed @ v) * self.head_mask[:, None, None]  # (batch, h_v, q_len, d_value)
-        z_cat = z.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_value)
-        out = z_cat @ self.W_O.reshape(self.n_heads * self.d_value, self.d_model)  # concat, W_O
-        return out if self.b_O is None else out + self.b_O
+        return self.write(z)
 
     def extra_repr(self) -> str:
         return (
