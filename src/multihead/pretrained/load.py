@@ -96,8 +96,18 @@ def load_pretrained(name: str | None = None, *, download: bool = False, device=N
                 "cache; pass download=True where a network is available (e.g. on Colab), "
                 "or use name=None for the packaged all-MiniLM-L6-v2"
             ) from err
-    model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=local)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+    from transformers.utils import logging as hf_logging
+
+    # A local load takes a second; its progress bar would only leave a frozen widget behind.
+    bars = hf_logging.is_progress_bar_enabled()
+    if local:
+        hf_logging.disable_progress_bar()
+    try:
+        model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=local)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     model.eval().to(runtime.device() if device is None else torch.device(device))
     output_projections(model)  # fail early on an architecture we cannot mask
     return model, tokenizer
