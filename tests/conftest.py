@@ -1,4 +1,5 @@
-"""Test-suite settings: fast mode, a private checkpoint cache, a non-interactive backend.
+"""Test-suite settings: fast mode, a private checkpoint cache, a non-interactive backend,
+no progress bars.
 
 They are set before any notebook kernel starts, so nbval's kernels inherit them.
 """
@@ -9,6 +10,7 @@ import tempfile
 os.environ["MULTIHEAD_FAST"] = "1"
 os.environ.setdefault("MULTIHEAD_CACHE_DIR", tempfile.mkdtemp(prefix="multihead-cache-"))
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("MULTIHEAD_PROGRESS", "off")
 
 import pytest  # noqa: E402
 

@@ -37,9 +37,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "core.train", "tasks.synthetic", "interventions.symmetry", "viz.glue",
     ),
     "03_low_rank_bottleneck": (
-        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "analysis.cost", "analysis.lowrank", "viz.glue",
-        "viz.widgets",
+        "core.attention", "core.config", "core.hooks", "core.model", "core.progress",
+        "core.runtime", "core.train", "tasks.synthetic", "analysis.cost", "analysis.lowrank",
+        "viz.glue", "viz.widgets",
     ),
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
@@ -52,9 +52,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "viz.headview", "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
-        "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.tagging",
-        "tasks.translation", "analysis.diversity", "analysis.metrics", "analysis.roles",
-        "interventions.ablation", "viz.glue",
+        "core.config", "core.model", "core.progress", "core.runtime", "tasks.corpus",
+        "tasks.tagging", "tasks.translation", "analysis.diversity", "analysis.metrics",
+        "analysis.roles", "interventions.ablation", "viz.glue",
     ),
     "07_pruning": (
         "core.model", "core.runtime", "core.train", "tasks.corpus", "tasks.translation",
@@ -62,13 +62,13 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "interventions.pruning", "viz.glue", "viz.plotting", "viz.roles", "tools.timing",
     ),
     "08_drophead": (
-        "core.model", "core.runtime", "tasks.translation", "analysis.diversity",
+        "core.model", "core.progress", "core.runtime", "tasks.translation", "analysis.diversity",
         "analysis.metrics", "interventions.ablation", "interventions.drophead",
         "interventions.pruning", "viz.glue",
     ),
     "09_pretrained_heads": (
-        "core.runtime", "analysis.metrics", "analysis.roles", "pretrained.analysis",
-        "pretrained.load", "viz.glue", "viz.headview", "viz.plotting",
+        "core.progress", "core.runtime", "analysis.metrics", "analysis.roles",
+        "pretrained.analysis", "pretrained.load", "viz.glue", "viz.headview", "viz.plotting",
     ),
 }  # fmt: skip
 

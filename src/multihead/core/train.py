@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from multihead.core.config import TrainConfig
+from multihead.core.progress import progress as progress_bar
 from multihead.core.runtime import device as default_device
 
 IGNORE = -100  # target id that losses and accuracies skip (torch's cross-entropy default)
@@ -119,7 +119,7 @@ def train(
     )
     history = History()
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress, mininterval=1.0)
+    bar = progress_bar(range(cfg.steps), desc=desc, disable=not progress)
     for step in bar:
         model.train()
         if on_step is not None:

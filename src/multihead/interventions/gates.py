@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from multihead._checks import check_positive_int
 from multihead.core.hooks import add_hooks
 from multihead.core.model import attention_modules
+from multihead.core.progress import progress as progress_bar
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
 
@@ -286,9 +286,7 @@ def fine_tune_with_gates(
     run = GatedRun(masks={})
     try:
         model.train()
-        for _ in tqdm(
-            range(steps), desc=f"gates, lambda={lam:g}", disable=not progress, mininterval=1.0
-        ):
+        for _ in progress_bar(range(steps), desc=f"gates, lambda={lam:g}", disable=not progress):
             batch = tuple(t.to(dev) for t in sample(batch_size, generator))
             task = loss_fn(model, batch)
             l0 = gates.expected_l0()

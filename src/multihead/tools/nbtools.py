@@ -97,18 +97,51 @@ def sync(root: Path, paths: list[Path] | None = None) -> list[Path]:
     return changed
 
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def strip_widgets(nb) -> int:
+    """Drop widget views and saved widget state from an executed notebook (in place): a
+    saved widget renders frozen in the book, and the course's explorers carry a static
+    fallback (a PNG and a note) beside their widget. Returns how many views were dropped.
+
+    Shapes: none.
+    """
+    dropped = 0
+    for cell in nb.cells:
+        kept = []
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_MIME in data:
+                del data[WIDGET_MIME]
+                dropped += 1
+                if set(data) <= {"text/plain"}:  # a bare widget (a progress bar): only its repr
+                    continue
+            kept.append(out)
+        if "outputs" in cell:
+            cell.outputs = kept
+    nb.metadata.pop("widgets", None)
+    return dropped
+
+
 def run(root: Path, paths: list[Path] | None = None, fast: bool = False) -> None:
     """Execute notebooks in place (full mode unless ``fast``), in their own folder."""
     import nbformat
     from nbclient import NotebookClient
 
     os.environ["MULTIHEAD_FAST"] = "1" if fast else "0"
+    os.environ["MULTIHEAD_PROGRESS"] = "off"  # a saved bar renders frozen in the book
     for path in paths or notebooks(root):
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
         NotebookClient(
-            nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": path.parent}}
+            nb,
+            timeout=1800,
+            kernel_name="python3",
+            store_widget_state=False,
+            resources={"metadata": {"path": path.parent}},
         ).execute()
+        strip_widgets(nb)
         nbformat.write(nb, path)
         print(f"{path}: {time.perf_counter() - start:.0f} s ({'fast' if fast else 'full'} mode)")
 
