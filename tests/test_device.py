@@ -120,3 +120,23 @@ def test_tagger_follows_the_device():
         assert _on_fake(model)
         tagger_accuracy(model, valid)
     assert not fake.mixed, fake.mixed
+
+
+def test_run_notebook_reports_the_cell_that_mixes_devices(tmp_path):
+    import nbformat
+
+    from multihead.tools.fake_device import run_notebook
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("# setup"),
+        nbformat.v4.new_markdown_cell("text"),
+        nbformat.v4.new_code_cell(
+            "import torch\nfrom multihead import device\nlayer = torch.nn.Linear(3, 2).to(device())"
+        ),
+        nbformat.v4.new_code_cell("y = layer(torch.ones(1, 3).to(device()))"),  # fine
+        nbformat.v4.new_code_cell("z = layer(torch.ones(1, 3))"),  # left on the CPU
+    ]
+    path = tmp_path / "demo.ipynb"
+    nbformat.write(nb, path)
+    assert run_notebook(path) == {4: ["aten.addmm.default"]}

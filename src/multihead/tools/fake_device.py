@@ -11,7 +11,10 @@ tensor with a CPU tensor that has elements) or raises (``.numpy()`` without ``.c
         train(model, task.sample, tcfg)            # trains on device()
     assert not fake.mixed, fake.mixed              # nothing was left on the CPU
 
-Only for tests: every op goes through Python, so it runs several times slower.
+``python -m multihead.tools.fake_device notebooks/NN_name.ipynb`` runs a whole notebook
+(fast mode) this way and names the cells that mixed devices. Only for tests: every op goes
+through Python, so training runs tens of times slower (a notebook that trains takes many
+minutes); the test-suite runs the training and scoring helpers this way, not the notebooks.
 """
 
 from __future__ import annotations
