@@ -32,7 +32,7 @@ PALETTE = {
     "black": "#000000",
 }
 FONT = 11  # points: the body size of every diagram label
-SMALL = 9  # points: shapes in code, side notes
+SMALL = 9.5  # points: shapes in code, side notes
 
 
 def colour(name: str) -> str:
