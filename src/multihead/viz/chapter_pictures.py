@@ -47,7 +47,10 @@ def _draw_map(ax, x: float, y: float, p: np.ndarray, size: float, hue: str = "bl
 
 # -------------------------------------------------------------- chapter 2: symmetry
 def ch02_symmetry() -> Figure:
-    """Heads started as exact copies stay copies; heads started a tiny bit apart drift apart."""
+    """Heads started as exact copies stay copies; heads started a tiny bit apart drift apart.
+
+    Shapes: none.
+    """
     fig, ax = canvas(8.2, 4.6)
     rng = np.random.default_rng(2)
     base, later = _pattern(rng, 5), _pattern(rng, 5)
@@ -85,7 +88,10 @@ def ch02_symmetry() -> Figure:
 
 # ------------------------------------------------------------ chapter 3: low rank
 def ch03_low_rank(n: int = 8, d_key: int = 2) -> Figure:
-    """The logit matrix as a product of an n x d_k and a d_k x n factor, so rank <= d_k."""
+    """The logit matrix as a product of an n x d_k and a d_k x n factor, so rank <= d_k.
+
+    Shapes: none.
+    """
     n = check_int("n", n, 2, 13)
     d_key = check_int("d_key", d_key, 1, n)
     fig, ax = canvas(8.4, 4.0)
@@ -131,7 +137,9 @@ def ch03_low_rank(n: int = 8, d_key: int = 2) -> Figure:
 # ------------------------------------------------------ chapter 6: heads as points
 def ch06_head_distances(n_heads: int = 6) -> Figure:
     """A layer's heads as points: the Jensen-Shannon distance between their patterns, and the
-    spread (mean pairwise distance) that summarises the layer."""
+    spread (mean pairwise distance) that summarises the layer.
+
+    Shapes: none."""
     n_heads = check_int("n_heads", n_heads, 2, 9)
     fig, ax = canvas(8.2, 4.6)
     rng = np.random.default_rng(6)
@@ -166,7 +174,7 @@ def ch06_head_distances(n_heads: int = 6) -> Figure:
 
 # -------------------------------------------------------- chapter 7: pruning heads
 def ch07_pruning(n_heads: int = 8) -> Figure:
-    """Two ways to choose heads to remove: rank by importance, or learn gates."""
+    """Two ways to choose heads to remove: rank by importance, or learn gates. Shapes: none."""
     n_heads = check_int("n_heads", n_heads, 2, 13)
     fig, ax = canvas(8.3, 4.4)
     scores = np.random.default_rng(7).random(n_heads) ** 2 * 0.85  # schematic bar heights
@@ -200,7 +208,10 @@ def ch07_pruning(n_heads: int = 8) -> Figure:
 
 # ------------------------------------------------------------ chapter 8: DropHead
 def ch08_drophead(n_heads: int = 6, dropped: tuple[int, ...] = (1, 4)) -> Figure:
-    """DropHead on one training example: dropped heads get gate 0, the K kept ones h/K."""
+    """DropHead on one training example: dropped heads get gate 0, the K kept ones h/K.
+
+    Shapes: none.
+    """
     h = check_int("n_heads", n_heads, 2, 13)
     if not isinstance(dropped, tuple) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in dropped
@@ -237,7 +248,7 @@ def ch08_drophead(n_heads: int = 6, dropped: tuple[int, ...] = (1, 4)) -> Figure
 
 # ----------------------------------------------------- chapter 9: MiniLM's heads
 def ch09_minilm(n_layers: int = 6, n_heads: int = 12) -> Figure:
-    """The layers x heads grid of all-MiniLM-L6-v2, and the analyses run on it."""
+    """The layers x heads grid of all-MiniLM-L6-v2, and the analyses run on it. Shapes: none."""
     n_layers = check_int("n_layers", n_layers, 1, 25)
     n_heads = check_int("n_heads", n_heads, 1, 25)
     fig, ax = canvas(7.4, 4.6)

@@ -49,7 +49,10 @@ def _hook(ax, x: float, y: float, name: str) -> None:
 
 # --------------------------------------------------------------- chapter 1: shapes, masks
 def multihead_shapes() -> Figure:
-    """Multi-head attention with the shape of every tensor, and the hook points."""
+    """Multi-head attention with the shape of every tensor, and the hook points.
+
+    Shapes: none.
+    """
     fig, ax = canvas(7.6, 7.7)
     # h stacked copies of the per-head part: the same computation for every head i
     for k, amount in ((2, 0.10), (1, 0.16), (0, 0.22)):
@@ -124,7 +127,10 @@ def mask_examples(n: int = 5, n_padding: int = 2) -> dict[str, torch.Tensor]:
 
 
 def masks(n: int = 5, n_padding: int = 2) -> Figure:
-    """Padding and causal masks on the ``n`` x ``n`` scores, and the two mask polarities."""
+    """Padding and causal masks on the ``n`` x ``n`` scores, and the two mask polarities.
+
+    Shapes: none.
+    """
     m = mask_examples(n, n_padding)
     size = 0.32
     panel_h = n * size + 1.15
@@ -205,7 +211,10 @@ def _sublayer(ax, x: float, y: float, label: str, fill: str, pre: bool) -> float
 
 
 def transformer_block() -> Figure:
-    """One Transformer layer of the course (``core.model.Layer``), pre-norm and post-norm."""
+    """One Transformer layer of the course (``core.model.Layer``), pre-norm and post-norm.
+
+    Shapes: none.
+    """
     fig, ax = canvas(8.4, 7.4)
     for col, (pre, title, rule) in enumerate(
         (
@@ -230,7 +239,7 @@ def transformer_block() -> Figure:
 
 
 def encoder_decoder() -> Figure:
-    """The encoder-decoder of chapters 5 to 8: its three kinds of attention."""
+    """The encoder-decoder of chapters 5 to 8: its three kinds of attention. Shapes: none."""
     fig, ax = canvas(7.9, 7.0)
     ex, dx = 1.8, 6.05
     # encoder: self-attention over the source (padding mask), FFN
@@ -282,7 +291,9 @@ def encoder_decoder() -> Figure:
 # ------------------------------------------------------------ chapter 4: talking heads
 def talking_heads(n_key_heads: int = 3, n_softmax_heads: int = 4, n_value_heads: int = 3) -> Figure:
     """Where talking heads mix across the head axis: logits before the softmax (``P_l``),
-    weights after it (``P_w``)."""
+    weights after it (``P_w``).
+
+    Shapes: none."""
     counts = [
         check_int("n_key_heads", n_key_heads, 1, 7),
         check_int("n_softmax_heads", n_softmax_heads, 1, 7),
@@ -366,7 +377,9 @@ def hard_concrete_masses(log_alpha: float = 0.5) -> tuple[float, float]:
 
 def hard_concrete(log_alpha: float = 0.5) -> Figure:
     """The Hard Concrete gate in three steps: sample on (0, 1), stretch to (gamma, zeta),
-    clip to [0, 1] (the clipped mass becomes point masses at 0 and 1)."""
+    clip to [0, 1] (the clipped mass becomes point masses at 0 and 1).
+
+    Shapes: none."""
     if isinstance(log_alpha, bool) or not isinstance(log_alpha, (int, float)):
         raise TypeError(f"log_alpha must be a number, got {type(log_alpha).__name__}")
     if not -3 <= log_alpha <= 3:
@@ -455,7 +468,10 @@ CHAPTER_EDGES = [
 
 
 def chapter_dependencies() -> Figure:
-    """Which chapter builds on which: an arrow points from a chapter to one that uses it."""
+    """Which chapter builds on which: an arrow points from a chapter to one that uses it.
+
+    Shapes: none.
+    """
     pos = {
         "1": (3.9, 6.9), "2": (1.35, 5.4), "3": (3.9, 5.4), "P": (6.45, 5.4),
         "4": (3.9, 3.9), "5": (6.45, 3.9), "6": (1.35, 2.4), "7": (5.15, 2.4),
@@ -479,7 +495,8 @@ def chapter_dependencies() -> Figure:
             start, end = (x0 + w / 2, y0), (x1 - w / 2, y1)
         else:  # from the bottom edge to the top edge, nearer the side it heads for
             shift = 0.45 * np.sign(x1 - x0)
-            start, end = (x0 + shift, y0 - h / 2), (x1 - shift, y1 + h / 2)
+            land = {("6", "9"): -0.8, ("7", "9"): -0.3}.get((a, b), -shift)  # heads apart
+            start, end = (x0 + shift, y0 - h / 2), (x1 + land, y1 + h / 2)
         arrow(ax, start, end, "grey", lw=1.4)
     for key, (num, title, part) in CHAPTER_NODES.items():
         x, y = pos[key]
@@ -523,7 +540,10 @@ def write_all(outdir: str | Path = "book/figures") -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m multihead.viz.diagrams [OUTDIR]``: regenerate every SVG of the book."""
+    """``python -m multihead.viz.diagrams [OUTDIR]``: regenerate every SVG of the book.
+
+    Shapes: none.
+    """
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1:
         print("usage: python -m multihead.viz.diagrams [OUTDIR]", file=sys.stderr)

@@ -36,13 +36,18 @@ SMALL = 9.5  # points: shapes in code, side notes
 
 
 def colour(name: str) -> str:
-    """The palette colour called ``name`` (or ``name`` itself if it is already a colour)."""
+    """The palette colour called ``name`` (or ``name`` itself if it is already a colour).
+
+    Shapes: none.
+    """
     return PALETTE.get(name, name)
 
 
 def tint(name: str, amount: float = 0.25) -> tuple[float, float, float]:
     """``name`` mixed with white: ``amount`` = 1 is the colour, 0 is white (light fills keep
-    black text readable)."""
+    black text readable).
+
+    Shapes: none."""
     amount = check_number("amount", amount, 0.0, 1.0)
     r, g, b = to_rgb(colour(name))
     return (1 - amount * (1 - r), 1 - amount * (1 - g), 1 - amount * (1 - b))
@@ -52,6 +57,8 @@ def canvas(width: float, height: float) -> tuple[Figure, Axes]:
     """A figure of ``width`` x ``height`` inches whose axes span it in inch units, no frame.
 
     It is a bare ``Figure`` (not pyplot's), so drawing many diagrams keeps no global state.
+
+    Shapes: none.
     """
     width = check_number("width", width, 0.0, None, "(]")
     height = check_number("height", height, 0.0, None, "(]")
@@ -65,7 +72,7 @@ def canvas(width: float, height: float) -> tuple[Figure, Axes]:
 
 
 def text(ax: Axes, x: float, y: float, s: str, size: float = FONT, **kw) -> None:
-    """A label centred at ``(x, y)`` unless ``ha``/``va`` say otherwise."""
+    """A label centred at ``(x, y)`` unless ``ha``/``va`` say otherwise. Shapes: none."""
     kw.setdefault("ha", "center")
     kw.setdefault("va", "center")
     kw.setdefault("color", PALETTE["black"])
@@ -73,7 +80,7 @@ def text(ax: Axes, x: float, y: float, s: str, size: float = FONT, **kw) -> None
 
 
 def note(ax: Axes, x: float, y: float, s: str, size: float = SMALL, **kw) -> None:
-    """A side note: ``text`` in grey, smaller by default."""
+    """A side note: ``text`` in grey, smaller by default. Shapes: none."""
     kw.setdefault("color", PALETTE["grey"])
     text(ax, x, y, s, size, **kw)
 
@@ -93,7 +100,9 @@ def box(
     rounded: bool = True,
 ) -> None:
     """A light box of ``w`` x ``h`` inches centred at ``(cx, cy)``, with ``label`` inside and
-    an optional smaller grey ``note`` (a shape) under the label."""
+    an optional smaller grey ``note`` (a shape) under the label.
+
+    Shapes: none."""
     style = "round,pad=0,rounding_size=0.08" if rounded else "square,pad=0"
     ax.add_patch(
         FancyBboxPatch(
@@ -124,7 +133,7 @@ def arrow(
     style: str = "-|>",
     dashed: bool = False,
 ) -> None:
-    """An arrow from ``start`` to ``end`` (straight, or bent by ``rad``)."""
+    """An arrow from ``start`` to ``end`` (straight, or bent by ``rad``). Shapes: none."""
     ax.add_patch(
         FancyArrowPatch(
             start,
@@ -142,7 +151,7 @@ def arrow(
 
 
 def line(ax: Axes, xs, ys, col: str = "black", lw: float = 1.3, **kw) -> None:
-    """A polyline through the points ``zip(xs, ys)``."""
+    """A polyline through the points ``zip(xs, ys)``. Shapes: none."""
     ax.plot(xs, ys, color=colour(col), linewidth=lw, solid_capstyle="butt", **kw)
 
 
@@ -159,7 +168,9 @@ def cells(
     edge: str = "grey",
 ) -> None:
     """A grid of square cells with its top-left corner at ``(x, y)``: row ``i`` (top to
-    bottom), column ``j`` has colour ``fill(i, j)`` and text ``label(i, j)``."""
+    bottom), column ``j`` has colour ``fill(i, j)`` and text ``label(i, j)``.
+
+    Shapes: none."""
     for i in range(n_rows):
         for j in range(n_cols):
             ax.add_patch(
@@ -181,6 +192,8 @@ def save_svg(fig: Figure, path: str | Path) -> Path:
     (``svg.hashsalt``), no date, and a creator line without a version number.
 
     Glyphs are stored as paths, so the picture does not depend on the reader's fonts.
+
+    Shapes: none.
     """
     if not isinstance(fig, Figure):
         raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
