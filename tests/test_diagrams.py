@@ -33,7 +33,7 @@ def test_the_command_writes_every_diagram(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
-def test_every_label_is_inside_its_figure_and_readable(name):
+def test_every_label_is_inside_its_figure_readable_and_apart(name):
     fig = diagrams.DIAGRAMS[name]()
     assert isinstance(fig, matplotlib.figure.Figure)
     agg = FigureCanvasAgg(fig)
@@ -48,6 +48,12 @@ def test_every_label_is_inside_its_figure_and_readable(name):
         inside = ext.x0 >= box.x0 - 1 and ext.x1 <= box.x1 + 1
         inside = inside and ext.y0 >= box.y0 - 1 and ext.y1 <= box.y1 + 1
         assert inside, f"{name}: {t.get_text()!r} is cut off ({ext} outside {box})"
+    # no two labels overlap (their boxes shrunk a little about their centres: touching is fine)
+    boxes = [t.get_window_extent(renderer).expanded(0.96, 0.9) for t in texts]
+    for i, a in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            pair = (texts[i].get_text(), texts[j].get_text())
+            assert not a.overlaps(boxes[j]), f"{name}: labels {pair} overlap"
 
 
 def test_mask_picture_has_the_package_polarity_and_torchs():

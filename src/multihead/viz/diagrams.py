@@ -268,8 +268,9 @@ def encoder_decoder() -> Figure:
     )  # fmt: skip
     text(ax, dx + 1.4, 1.5, r"$\times N_{\mathrm{dec}}$ layers", SMALL, ha="right")
     box(ax, dx, 2.2, 2.45, 0.75, "causal self-attention", "blue", note=r"query $i$ sees $j\leq i$")
-    box(ax, dx, 3.45, 2.45, 0.95, "cross-attention", "orange", note="queries: decoder\n")
-    text(ax, dx, 3.17, "keys, values: memory", SMALL, color=PALETTE["grey"])
+    box(ax, dx, 3.5, 2.45, 0.95, "", "orange")
+    text(ax, dx, 3.75, "cross-attention", FONT)
+    note(ax, dx, 3.4, "queries: decoder\nkeys, values: memory", linespacing=1.4)
     box(ax, dx, 4.8, 2.45, 0.6, "FFN", "green")
     arrow(ax, (dx, 2.575), (dx, 2.975))
     arrow(ax, (dx, 3.925), (dx, 4.5))
