@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from multihead.core.attention import MultiHeadAttention, attention_pattern
 from multihead.interventions import gates
-from multihead.viz import chapter_pictures, diagrams, drawing
+from multihead.viz import chapter_pictures, diagrams, drawing, model_diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "book" / "figures"
@@ -85,9 +85,13 @@ def test_mask_picture_has_the_package_polarity_and_torchs():
 
 
 def test_hard_concrete_picture_uses_the_gates_of_chapter_7():
-    assert (diagrams.BETA, diagrams.GAMMA, diagrams.ZETA) == (gates.BETA, gates.GAMMA, gates.ZETA)
+    assert (model_diagrams.BETA, model_diagrams.GAMMA, model_diagrams.ZETA) == (
+        gates.BETA,
+        gates.GAMMA,
+        gates.ZETA,
+    )
     for log_alpha in (-1.0, 0.5, 2.0):
-        p0, p1 = diagrams.hard_concrete_masses(log_alpha)
+        p0, p1 = model_diagrams.hard_concrete_masses(log_alpha)
         t = torch.tensor(log_alpha, dtype=torch.float64)
         assert p0 == pytest.approx(float(gates.prob_zero(t)))
         assert p1 == pytest.approx(float(gates.prob_one(t)))
@@ -120,13 +124,13 @@ def test_bad_input():
     with pytest.raises(TypeError, match="n_padding"):
         diagrams.masks(n_padding=1.5)
     with pytest.raises(ValueError, match="n_key_heads"):
-        diagrams.talking_heads(n_key_heads=0)
+        model_diagrams.talking_heads(n_key_heads=0)
     with pytest.raises(TypeError, match="n_softmax_heads"):
-        diagrams.talking_heads(n_softmax_heads="4")
+        model_diagrams.talking_heads(n_softmax_heads="4")
     with pytest.raises(TypeError, match="log_alpha"):
-        diagrams.hard_concrete("0.5")
+        model_diagrams.hard_concrete("0.5")
     with pytest.raises(ValueError, match="log_alpha"):
-        diagrams.hard_concrete(10.0)
+        model_diagrams.hard_concrete(10.0)
     with pytest.raises(ValueError, match="d_key"):
         chapter_pictures.ch03_low_rank(n=4, d_key=4)
     with pytest.raises(ValueError, match="n_heads"):
