@@ -162,7 +162,8 @@ def ch06_head_distances(n_heads: int = 6) -> Figure:
     line(ax, pts[[a, b], 0], pts[[a, b], 1], "vermillion", lw=2.2)
     mid = pts[[a, b]].mean(axis=0)
     text(ax, mid[0] + 0.3, mid[1] - 0.45, r"$\sqrt{\mathrm{JS}}$(head 1, head 3)", SMALL,
-         color=PALETTE["vermillion"])  # fmt: skip
+         color=PALETTE["vermillion"], zorder=4,
+         bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})  # fmt: skip
     for k, (x, y) in enumerate(pts):
         ax.add_patch(Circle((x, y), 0.2, facecolor=tint("blue", 0.5), edgecolor=PALETTE["blue"],
                             zorder=3))  # fmt: skip
