@@ -25,8 +25,12 @@ ALLOWED = {
     "tools": {"_checks", "core", "tasks", "analysis", "interventions", "pretrained", "viz"},
     "__init__": {"_checks", "core"},  # the top level re-exports core names only
 }
-# Modules no notebook imports directly: they serve the others.
-SUPPORT = {"_checks", "tasks.lexicon", "tools.nbtools", "exercises._common"}
+# Modules no notebook imports directly: they serve the others (viz.diagrams and its three
+# helpers draw the book's SVG diagrams: python -m multihead.viz.diagrams).
+SUPPORT = {
+    "_checks", "tasks.lexicon", "tools.nbtools", "exercises._common",
+    "viz.diagrams", "viz.model_diagrams", "viz.chapter_pictures", "viz.drawing",
+}  # fmt: skip
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:
