@@ -26,9 +26,10 @@ ALLOWED = {
     "__init__": {"_checks", "core"},  # the top level re-exports core names only
 }
 # Modules no notebook imports directly: they serve the others (viz.diagrams and its three
-# helpers draw the book's SVG diagrams: python -m multihead.viz.diagrams).
+# helpers draw the book's SVG diagrams: python -m multihead.viz.diagrams; tools.fake_device
+# is the stand-in accelerator of tests/test_device.py).
 SUPPORT = {
-    "_checks", "tasks.lexicon", "tools.nbtools", "exercises._common",
+    "_checks", "tasks.lexicon", "tools.nbtools", "tools.fake_device", "exercises._common",
     "viz.diagrams", "viz.model_diagrams", "viz.chapter_pictures", "viz.drawing",
 }  # fmt: skip
 
