@@ -13,16 +13,18 @@ from multihead.core.model import Layer
 from multihead.core.positions import sinusoidal_positions
 from multihead.exercises._common import expect, ok, require_callable
 
+_SINUSOIDAL = "column 2i of row t is sin(t / 10000 ** (2i / d_model)), column 2i + 1 its cos"
+_CAUSAL = "an (n, n) bool tensor, True where key j lies in the future of query i (j > i)"
+_PRENORM = "x + f(LN(x)) for the attention, then the same for the MLP, each with its own norm"
 
-def _answer(fn: Callable, *args: object) -> object:
+
+def _answer(fn: Callable, args: tuple, task: str) -> object:
     """``fn(*args)``, with a stub that still raises ``NotImplementedError`` reported as a
-    failed check (an ``AssertionError`` with a hint) rather than as a crash."""
+    failed check (an ``AssertionError`` saying what to write) rather than as a crash."""
     try:
         return fn(*args)
     except NotImplementedError as err:
-        raise AssertionError(
-            "your function is still the stub (it raises NotImplementedError): write its body"
-        ) from err
+        raise AssertionError(f"your function is still the stub; write its body: {task}") from err
 
 
 def _tensor(got: object, shape: tuple[int, ...], what: str) -> Tensor:
@@ -39,7 +41,8 @@ def check_sinusoidal(fn: Callable) -> str:
     """
     require_callable("fn", fn)
     for n, d in ((10, 8), (50, 16), (7, 2), (33, 64)):
-        got = _tensor(_answer(fn, n, d), (n, d), f"the encodings for n={n}, d_model={d}")
+        answer = _answer(fn, (n, d), _SINUSOIDAL)
+        got = _tensor(answer, (n, d), f"the encodings for n={n}, d_model={d}")
         got = got.detach().double()
         want = sinusoidal_positions(n, d, dtype=torch.float64)
         if (got - want).abs().max().item() <= 1e-5:
@@ -70,7 +73,7 @@ def check_causal_mask(fn: Callable) -> str:
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(5)
     for n in (4, 9, 1):  # n = 1 last: its one entry cannot tell the mistakes apart
-        got = _tensor(_answer(fn, n), (n, n), f"the mask for n={n}")
+        got = _tensor(_answer(fn, (n,), _CAUSAL), (n, n), f"the mask for n={n}")
         expect(
             got.dtype == torch.bool,
             f"return a bool tensor (True = blocked), got dtype {got.dtype}: masked_fill and the "
@@ -93,7 +96,7 @@ def check_causal_mask(fn: Callable) -> str:
         raise AssertionError(f"wrong mask for n={n}; {hint}")
     q = torch.randn(2, 6, 4, generator=gen, dtype=torch.float64)
     k = torch.randn(2, 6, 4, generator=gen, dtype=torch.float64)
-    pattern = attention_pattern(q, k, _answer(fn, 6))  # (2, 6, 6)
+    pattern = attention_pattern(q, k, _answer(fn, (6,), _CAUSAL))  # (2, 6, 6)
     expect(bool(pattern.triu(1).eq(0).all()), "future keys must get exactly zero weight")
     return ok("your mask blocks exactly the future keys, in the package's polarity.")
 
@@ -122,7 +125,8 @@ def check_prenorm_block(fn: Callable) -> str:
         x = torch.randn(batch, n, 16, dtype=torch.float64)
         with torch.no_grad():
             want = layer(x)
-            got = _tensor(_answer(fn, layer, x), tuple(want.shape), "the layer's output")
+            answer = _answer(fn, (layer, x), _PRENORM)
+            got = _tensor(answer, tuple(want.shape), "the layer's output")
         got = got.detach().double()
         if (got - want).abs().max().item() <= 1e-8:
             continue
