@@ -41,7 +41,7 @@ def test_every_notebook_and_chapter_is_in_the_toc():
 
 
 def test_chapters_and_notebooks_pair_up():
-    numbered = {p.stem for p in CHAPTERS if re.match(r"\d\d_", p.stem)}
+    numbered = {p.stem for p in CHAPTERS if re.match(r"\d\d[a-z]?_", p.stem)}
     assert numbered == {p.stem for p in NOTEBOOKS}
 
 

@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.md"))
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]*_*.md"))  # 04b: the primer
 BLOCK = re.compile(
     r"^:::+\{prf:(theorem|lemma|proposition|corollary)\}[^\n]*\n"  # the opening line
     r"(?::[a-z]+:[^\n]*\n)*?:label: (\S+)",  # options, up to the label

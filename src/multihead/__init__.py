@@ -46,6 +46,10 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "core.talking_heads", "core.train", "tasks.synthetic", "analysis.lowrank",
         "analysis.patternfit", "viz.glue",
     ),
+    "04b_transformer_primer": (
+        "core.config", "core.hooks", "core.model", "core.positions", "core.runtime",
+        "core.train", "tasks.corpus", "tasks.translation", "exercises", "viz.glue",
+    ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
         "analysis.probing", "analysis.roles", "interventions.ablation", "viz.glue",

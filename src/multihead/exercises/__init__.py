@@ -46,10 +46,16 @@ from multihead.exercises.ch09 import (
     check_js_divergence,
     check_word_level,
 )
+from multihead.exercises.primer import (
+    check_causal_mask,
+    check_prenorm_block,
+    check_sinusoidal,
+)
 
 __all__ = [
     "check_attention",
     "check_bert_large_extra_params",
+    "check_causal_mask",
     "check_classical_mds",
     "check_distinctness",
     "check_drophead_rescale",
@@ -66,7 +72,9 @@ __all__ = [
     "check_min_key_size",
     "check_positional_share",
     "check_post_mix",
+    "check_prenorm_block",
     "check_realize_rows",
+    "check_sinusoidal",
     "check_subject_head",
     "check_swap_heads",
     "check_talking_heads_flops",

@@ -60,7 +60,7 @@ def setup_source(root: Path) -> str:
 
 def notebooks(root: Path) -> list[Path]:
     """The course notebooks, in order."""
-    return sorted((Path(root) / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return sorted((Path(root) / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def sync(root: Path, paths: list[Path] | None = None) -> list[Path]:
