@@ -27,6 +27,7 @@ ALLOWED = {
 }
 # Modules no notebook imports directly: they serve the others.
 SUPPORT = {"_checks", "tasks.lexicon", "tools.nbtools", "exercises._common"}
+SUPPORT |= {"core.ensemble", "core.ensemble_train"}  # batched seeds, for the notebooks to adopt
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:
