@@ -16,9 +16,9 @@ from multihead.core.ensemble_train import (
     stack_batches,
     train_seeds,
 )
-from multihead.core.hooks import run_with_cache
+from multihead.core.hooks import run_with_cache, run_with_hooks
 from multihead.core.model import EncoderDecoder, EncoderModel, attention_modules
-from multihead.core.train import IGNORE, token_loss, train
+from multihead.core.train import IGNORE, token_accuracy, token_loss, train
 from multihead.interventions.symmetry import tie_heads
 from multihead.tasks.corpus import make_corpus
 from multihead.tasks.synthetic import LookupTask, SubsetCountTask
@@ -103,9 +103,24 @@ def test_each_seed_equals_the_encoder_trained_alone(changes, float64):
     _check_family(lambda s: EncoderModel(cfg), LOOKUP.sample, token_loss, seed_token_loss)
 
 
-def test_float32_losses_equal_the_alone_run_step_by_step():
+def test_float32_losses_and_evaluations_equal_the_alone_run():
     cfg = _encoder_cfg(dropout=0.1)
     _check_family(lambda s: EncoderModel(cfg), LOOKUP.sample, token_loss, seed_token_loss)
+    x, y = LOOKUP.sample(64, torch.Generator().manual_seed(5))
+    tcfg = replace(TRAIN, eval_every=6)
+
+    def evaluate(model):
+        return {"acc": token_accuracy(model(x), y), "train": model.training}
+
+    ensemble = stack_seeds(lambda s: EncoderModel(cfg), SEEDS)
+    histories = train_seeds(ensemble, LOOKUP.sample, tcfg, evaluate=evaluate, device=CPU)
+    torch.manual_seed(SEEDS[2])
+    alone = train(EncoderModel(cfg), LOOKUP.sample, replace(tcfg, seed=SEEDS[2]),
+                  evaluate=evaluate, device=CPU, progress=False)  # fmt: skip
+    assert [e["step"] for e in histories[2].evals] == [6, 12]
+    for mine, theirs in zip(histories[2].evals, alone.evals, strict=True):
+        assert abs(mine["acc"] - theirs["acc"]) < 1e-6 and mine["train"] is False
+    assert histories[0].seconds == histories[2].seconds > 0  # the time of the batched run
 
 
 def test_subset_count_task_equals_its_alone_runs():  # float32: the task builds float32 data
@@ -172,6 +187,14 @@ def test_pick_gives_an_ordinary_model_whose_cache_equals_the_alone_model():
             del c[f"{path}.scores"]
     assert max((cache[n] - cache_alone[n]).abs().max().item() for n in cache) < 1e-5
     assert (out - out_alone).abs().max() < 1e-5
+
+    # Hooks act on the picked model as on the alone one: flatten every head of layer 0.
+    def uniform(pattern, _name):
+        return torch.full_like(pattern, 1 / pattern.shape[-1])
+
+    hooked = [run_with_hooks(m, x, fwd_hooks=[("encoder.layers.0.attn.pattern", uniform)])
+              for m in (picked, alone)]  # fmt: skip
+    assert (hooked[0] - hooked[1]).abs().max() < 1e-5 and (hooked[0] - out).abs().max() > 1e-3
     # The batched forward gives every seed's output at once, equal to the picked models'.
     batched = ensemble(ensemble.repeat(x))  # (seeds, batch, seq, classes)
     for k, model in enumerate(ensemble.unstack()):
