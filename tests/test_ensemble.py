@@ -155,7 +155,6 @@ def test_tagger_seeds_equal_their_alone_runs(corpus, float64):
     )
 
 
-@pytest.mark.slow  # about 3 s on two busy cores
 def test_translation_seeds_equal_their_alone_runs(corpus, float64):
     src_vocab, tgt_vocab = len(corpus.src_vocab), len(corpus.tgt_vocab)
     cfg = ModelConfig(vocab_size=src_vocab, n_classes=tgt_vocab, d_model=16, n_heads=2,
@@ -223,6 +222,14 @@ def test_stack_batches_pads_only_when_asked():
     assert stacked.shape == (2, 2, 5) and stacked[0, :, 3:].eq(0).all()
     with pytest.raises(ValueError, match="pad"):
         stack_batches([short, long])
+    with pytest.raises(TypeError, match="batches\\[1\\] must be a tuple"):
+        stack_batches([short, long[0]])
+    with pytest.raises(TypeError, match="batches must be a non-empty list"):
+        stack_batches([])
+    with pytest.raises(TypeError, match="pad must be"):
+        stack_batches([short, long], pad=0)
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_per_seed([torch.zeros(2, 1, requires_grad=True)], 0.0)
 
 
 def test_bad_input_gives_clear_errors():

@@ -52,7 +52,9 @@ def _check_models(models: object) -> list[nn.Module]:
         raise ValueError("models is empty: pass at least one model (K >= 1 seeds)")
     first = models[0]
     if type(first) not in MODELS:
-        raise TypeError(f"models must hold EncoderModel or EncoderDecoder, got {type(first)}")
+        raise TypeError(
+            f"models must hold EncoderModel or EncoderDecoder, got {type(first).__name__}"
+        )
     for module in first.modules():
         if type(module) not in _PARTS and not isinstance(module, TalkingHeadsAttention):
             raise TypeError(f"models holds a {type(module).__name__}, which the ensemble lacks")

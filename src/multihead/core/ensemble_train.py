@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from multihead._checks import check_callable
+from multihead._checks import check_callable, check_number
 from multihead.core.config import TrainConfig
 from multihead.core.ensemble import SeedEnsemble
 from multihead.core.runtime import device as default_device
@@ -64,6 +64,17 @@ def stack_batches(batches: Sequence[Batch], pad: Sequence[int] | None = None) ->
 
     Shapes: K tuples of (batch, seq_k) -> a tuple of (K, batch, max seq_k).
     """
+    if isinstance(batches, Tensor) or not isinstance(batches, Sequence) or not batches:
+        raise TypeError("batches must be a non-empty list of batches, one per seed")
+    for k, batch in enumerate(batches):
+        if not isinstance(batch, tuple) or not all(isinstance(t, Tensor) for t in batch):
+            raise TypeError(f"batches[{k}] must be a tuple of tensors, as sample() returns")
+        if len(batch) != len(batches[0]):
+            raise ValueError(
+                f"batches[{k}] holds {len(batch)} tensors, batches[0] {len(batches[0])}"
+            )
+    if pad is not None and (isinstance(pad, (str, bytes)) or not isinstance(pad, Sequence)):
+        raise TypeError(f"pad must be a tuple of padding ids (one per tensor) or None, got {pad!r}")
     out = []
     for i, parts in enumerate(zip(*batches, strict=True)):
         longest = max(t.shape[-1] for t in parts)
@@ -85,7 +96,10 @@ def clip_per_seed(params: Sequence[Tensor], max_norm: float) -> Tensor:
 
     Shapes: params each (K, ...) with ``.grad`` -> the norms before clipping (K,).
     """
+    check_number("max_norm", max_norm, 0.0, None, "()")
     grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        raise ValueError("params have no gradient to clip; call backward() first")
     norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1)
     total = torch.linalg.vector_norm(norms, dim=1)  # (K,)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
