@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--profile", action="store_true", help="top operators, batched run")
+    parser.add_argument("--only", default="", help="run the sizes whose name contains this")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -108,6 +109,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {device}, "
           f"{args.steps} steps, median of {args.rounds} interleaved runs")  # fmt: skip
     for name, setup in setups().items():
+        if args.only not in name:
+            continue
         cfg = TrainConfig(steps=args.steps, batch_size=setup["batch"], lr=3e-3, warmup=10)
         fns = variants(setup, cfg, device)
         for fn in variants(setup, replace(cfg, steps=2), device).values():
