@@ -32,6 +32,7 @@ SUPPORT = {
     "_checks", "tasks.lexicon", "tools.nbtools", "tools.fake_device", "exercises._common",
     "viz.diagrams", "viz.model_diagrams", "viz.chapter_pictures", "viz.drawing",
 }  # fmt: skip
+SUPPORT |= {"core.ensemble", "core.ensemble_train"}  # batched seeds, for the notebooks to adopt
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:

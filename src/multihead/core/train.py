@@ -26,6 +26,8 @@ TRAINING_MODULES = (
     "_checks.py",
     "core/attention.py",
     "core/config.py",
+    "core/ensemble.py",
+    "core/ensemble_train.py",
     "core/hooks.py",
     "core/model.py",
     "core/runtime.py",

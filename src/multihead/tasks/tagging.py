@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.ensemble_train import seed_cross_entropy
 from multihead.core.model import EncoderModel
 from multihead.core.train import IGNORE, cached_train, train
 from multihead.tasks.corpus import RELATIONS, Corpus, Sentence, gold_tensors
@@ -74,7 +75,14 @@ def build_tagger(cfg: ModelConfig, seed: int) -> EncoderModel:
     return EncoderModel(cfg)
 
 
-def _sampler(data: TaggingData):
+def tagging_sampler(data: TaggingData):
+    """A ``sample(batch_size, generator)`` drawing random rows of ``data`` (for ``train``).
+
+    Shapes: sample(b, g) -> (src (b, seq), labels (b, seq)), trimmed to the longest row.
+    """
+    if not isinstance(data, TaggingData):
+        raise TypeError(f"data must be TaggingData (tagging_data), got {type(data).__name__}")
+
     def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         idx = torch.randint(len(data.src), (batch_size,), generator=generator)
         src, labels = data.src[idx], data.labels[idx]  # (batch, seq)
@@ -92,6 +100,19 @@ def tagging_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     src, labels = batch
     logits = model(src, key_padding_mask=src == PAD_ID)  # (batch, seq, relations)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+
+
+def tagging_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """``tagging_loss`` for every seed of a ``SeedEnsemble`` (``core.ensemble``); train it
+    with ``train_seeds(..., pad=TAGGING_PAD)``.
+
+    Shapes: batch = (src (K, batch, seq), labels (K, batch, seq)) -> (K,).
+    """
+    src, labels = batch
+    return seed_cross_entropy(ensemble(src, key_padding_mask=src == PAD_ID), labels)
+
+
+TAGGING_PAD = (PAD_ID, IGNORE)  # how the seeds' batches (src, labels) are padded to one length
 
 
 def train_tagger(
@@ -119,7 +140,7 @@ def train_tagger(
     def run():
         return train(
             model,
-            _sampler(train_data),
+            tagging_sampler(train_data),
             train_cfg,
             loss_fn=tagging_loss,
             progress=progress,

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from multihead._checks import check_positive_int
 from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.ensemble_train import seed_cross_entropy
 from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderDecoder
 from multihead.core.runtime import device as default_device
@@ -83,6 +84,21 @@ def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     logits = model(src, tgt[:, :-1], src_padding_mask=src == PAD_ID)  # (batch, T, vocab)
     gold = tgt[:, 1:].masked_fill(tgt[:, 1:] == PAD_ID, IGNORE)  # (batch, T)
     return F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE)
+
+
+def seq2seq_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """``seq2seq_loss`` for every seed of a ``SeedEnsemble`` (``core.ensemble``); train it
+    with ``train_seeds(..., pad=SEQ2SEQ_PAD)``.
+
+    Shapes: batch = (src (K, batch, S), tgt (K, batch, T + 1)) -> (K,).
+    """
+    src, tgt = batch
+    logits = ensemble(src, tgt[..., :-1], src_padding_mask=src == PAD_ID)  # (K, b, T, vocab)
+    gold = tgt[..., 1:].masked_fill(tgt[..., 1:] == PAD_ID, IGNORE)  # (K, batch, T)
+    return seed_cross_entropy(logits, gold)
+
+
+SEQ2SEQ_PAD = (PAD_ID, PAD_ID)  # how the seeds' batches (src, tgt) are padded to one length
 
 
 def sampler(data: Encoded):
