@@ -142,6 +142,9 @@ def run(root: Path, paths: list[Path] | None = None, fast: bool = False) -> None
             resources={"metadata": {"path": path.parent}},
         ).execute()
         strip_widgets(nb)
+        for cell in nb.cells:  # an exercise stub fails until it is filled in: keep no error
+            if "raises-exception" in cell.get("metadata", {}).get("tags", []):
+                cell.outputs = []
         nbformat.write(nb, path)
         print(f"{path}: {time.perf_counter() - start:.0f} s ({'fast' if fast else 'full'} mode)")
 
