@@ -30,45 +30,46 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_mha_from_scratch": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
         "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.glue",
-        "viz.headview", "viz.plotting", "viz.widgets",
+        "viz.headview", "viz.plotting", "viz.widgets", "exercises",
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "interventions.symmetry", "viz.glue",
+        "core.train", "tasks.synthetic", "interventions.symmetry", "viz.glue", "exercises",
     ),
     "03_low_rank_bottleneck": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
         "core.train", "tasks.synthetic", "analysis.cost", "analysis.lowrank", "viz.glue",
-        "viz.widgets",
+        "viz.widgets", "exercises",
     ),
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
         "core.talking_heads", "core.train", "tasks.synthetic", "analysis.lowrank",
-        "analysis.patternfit", "viz.glue",
+        "analysis.patternfit", "viz.glue", "exercises",
     ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
-        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.glue",
+        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.glue", "exercises",
         "viz.headview", "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
         "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.tagging",
         "tasks.translation", "analysis.diversity", "analysis.metrics", "analysis.roles",
-        "interventions.ablation", "viz.glue",
+        "interventions.ablation", "viz.glue", "exercises",
     ),
     "07_pruning": (
         "core.model", "core.runtime", "core.train", "tasks.corpus", "tasks.translation",
         "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
         "interventions.pruning", "viz.glue", "viz.plotting", "viz.roles", "tools.timing",
+        "exercises",
     ),
     "08_drophead": (
         "core.model", "core.runtime", "tasks.translation", "analysis.diversity",
         "analysis.metrics", "interventions.ablation", "interventions.drophead",
-        "interventions.pruning", "viz.glue",
+        "interventions.pruning", "viz.glue", "exercises",
     ),
     "09_pretrained_heads": (
         "core.runtime", "analysis.metrics", "analysis.roles", "pretrained.analysis",
-        "pretrained.load", "viz.glue", "viz.headview", "viz.plotting",
+        "pretrained.load", "viz.glue", "exercises", "viz.headview", "viz.plotting",
     ),
 }  # fmt: skip
 
