@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from multihead.analysis.cost import mha_flops
+from multihead.analysis.cost import attention_cost
 from multihead.core.attention import MultiHeadAttention, to_torch_multihead
 from multihead.tools.timing import median_times
 
@@ -69,13 +69,13 @@ def main() -> None:
         flops = (
             3
             * cfg["batch"]
-            * mha_flops(
+            * attention_cost(
                 cfg["d_model"],
                 cfg["n_heads"],
                 cfg["d_model"] // cfg["n_heads"],
                 cfg["d_model"] // cfg["n_heads"],
                 cfg["seq"],
-            )
+            )["flops"]
         )
         base = times["torch, need_weights=False"]
         base_w = times["torch, need_weights=True"]

@@ -261,3 +261,34 @@ def test_forward_bad_input():
         to_torch_multihead(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="d_key"):
         to_torch_multihead(MultiHeadAttention(32, 4, d_key=16))
+
+
+def test_a_query_with_no_key_reads_nothing_on_both_paths() -> None:
+    """The course's convention for a fully masked row (see multihead._checks): the pattern row
+    is zero, the head writes zero, gradients stay finite, and torch.nn.MultiheadAttention's
+    default path agrees."""
+    from multihead.core.attention import key_softmax
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, 2).double()
+    with torch.no_grad():
+        layer.b_O.normal_()
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    pad = torch.tensor([[True, False, False, False], [False, False, False, True]])  # left, right
+    fused = layer(x, key_padding_mask=pad, causal=True)
+    layer.materialize = True
+    explicit = layer(x, key_padding_mask=pad, causal=True)
+    assert torch.allclose(fused, explicit, atol=1e-12)
+    assert torch.allclose(explicit[0, 0], layer.b_O)  # query 0 of example 0 sees only padding
+    explicit.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(layer.W_Q.grad).all()
+    future = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    ref, _ = to_torch_multihead(layer)(
+        x, x, x, key_padding_mask=pad, attn_mask=future, need_weights=False
+    )
+    assert torch.allclose(ref, explicit, atol=1e-12)
+    scores = torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]])
+    assert torch.equal(key_softmax(scores), torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+    mask = torch.tensor([[False, True], [True, True]])
+    q = torch.randn(2, 3)
+    assert torch.equal(attention_pattern(q, q, mask)[1], torch.zeros(2))

@@ -4,12 +4,14 @@ import math
 
 import pytest
 import torch
+from exercise_answers import MyMultiHeadAttention, flops
+from exercise_answers import my_attention as reference_attention
 
 from multihead import exercises as ex
-from multihead.analysis.cost import mha_flops
 
 
-def reference_attention(q, k, v, mask=None):
+def textbook_attention(q, k, v, mask=None):
+    """Right everywhere except on a query that may look at no key (it gives nan there)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
@@ -31,9 +33,18 @@ def test_check_attention():
             scores = scores.masked_fill(mask, -5.0)
         return scores.softmax(-1) @ v
 
+    def uniform_when_empty(q, k, v, mask=None):  # -1e9: an empty row becomes uniform
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask, -1e9)
+        return scores.softmax(-1) @ v
+
     for wrong in (unscaled, ignores_mask, soft_mask):
         with pytest.raises(AssertionError):
             ex.check_attention(wrong)
+    for empty_rows_wrong in (textbook_attention, uniform_when_empty):
+        with pytest.raises(AssertionError, match="look at no key|every key is masked"):
+            ex.check_attention(empty_rows_wrong)
     with pytest.raises(AssertionError, match="shape"):
         ex.check_attention(lambda q, k, v, mask=None: reference_attention(q, k, v, mask)[..., :1])
     with pytest.raises(TypeError, match="fn"):
@@ -67,13 +78,55 @@ def test_check_flops():
 def test_reference_flops_match_torch_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
+    from multihead.analysis.cost import attention_cost
     from multihead.core.attention import MultiHeadAttention
     from multihead.core.hooks import run_with_cache
 
     layer = MultiHeadAttention(48, 3, 8, 12)
     with FlopCounterMode(display=False) as counter:
         run_with_cache(layer, torch.randn(1, 9, 48))
-    assert counter.get_total_flops() == mha_flops(48, 3, 8, 12, 9)
+    assert counter.get_total_flops() == flops(48, 3, 8, 12, 9)
+    assert counter.get_total_flops() == attention_cost(48, 3, 8, 12, 9)["flops"]
+
+
+def test_check_mha_module():
+    assert ex.check_mha_module(MyMultiHeadAttention).startswith("Correct")
+
+    class IgnoresPadding(MyMultiHeadAttention):
+        def forward(self, x, key_padding_mask=None, causal=False):
+            return super().forward(x, causal=causal)
+
+    class PadsQueries(MyMultiHeadAttention):  # the padding mask broadcast over queries
+        def forward(self, x, key_padding_mask=None, causal=False):
+            out = super().forward(x, causal=causal)
+            if key_padding_mask is None:
+                return out
+            return out.masked_fill(key_padding_mask[..., None], 0.0)
+
+    class NoScale(MyMultiHeadAttention):
+        def forward(self, x, key_padding_mask=None, causal=False):
+            self.d_head = 1.0
+            return super().forward(x, key_padding_mask, causal)
+
+    for wrong, hint in ((IgnoresPadding, "padding"), (PadsQueries, "padding"), (NoScale, "sqrt")):
+        with pytest.raises(AssertionError, match=hint):
+            ex.check_mha_module(wrong)
+
+    class Unwritten(torch.nn.Module):
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            raise NotImplementedError("write __init__")
+
+    with pytest.raises(AssertionError, match="fill in the function body first"):
+        ex.check_mha_module(Unwritten)
+
+    class WrongLayout(MyMultiHeadAttention):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.W_O = torch.nn.Parameter(torch.zeros(d_model, d_model))
+
+    with pytest.raises(AssertionError, match="W_O has shape"):
+        ex.check_mha_module(WrongLayout)
 
 
 def test_every_checker_is_exported_and_none_uses_a_bare_assert():

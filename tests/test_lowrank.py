@@ -247,14 +247,19 @@ def test_subset_count_task() -> None:
 
 # ---------------------------------------------------------------- cost and explorer
 def test_attention_cost_matches_module() -> None:
-    from multihead.analysis.cost import attention_cost, mha_flops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from multihead.analysis.cost import attention_cost
     from multihead.core.attention import MultiHeadAttention
+    from multihead.core.hooks import run_with_cache
     from multihead.core.model import count_parameters
 
     for args in ((32, 8, 4, 4), (32, 8, 16, 4), (768, 12, 128, 64)):
         cost = attention_cost(*args, seq_len=10)
         assert cost["params"] == count_parameters(MultiHeadAttention(*args))
-        assert cost["flops"] == mha_flops(*args, 10)
+        with FlopCounterMode(display=False) as counter:
+            run_with_cache(MultiHeadAttention(*args), torch.zeros(1, 10, args[0]))
+        assert cost["flops"] == counter.get_total_flops()
     with pytest.raises(ValueError, match="seq_len"):
         attention_cost(32, 8, 4, 4, seq_len=0)
 

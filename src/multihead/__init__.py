@@ -30,21 +30,21 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_mha_from_scratch": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
         "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.glue",
-        "viz.headview", "viz.plotting", "viz.widgets",
+        "viz.headview", "viz.plotting", "viz.widgets", "exercises",
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "interventions.symmetry", "viz.glue",
+        "core.train", "tasks.synthetic", "interventions.symmetry", "viz.glue", "exercises",
     ),
     "03_low_rank_bottleneck": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.progress",
         "core.runtime", "core.train", "tasks.synthetic", "analysis.cost", "analysis.lowrank",
-        "viz.glue", "viz.widgets",
+        "viz.glue", "viz.widgets", "exercises",
     ),
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
         "core.talking_heads", "core.train", "tasks.synthetic", "analysis.lowrank",
-        "analysis.patternfit", "viz.glue",
+        "analysis.patternfit", "viz.glue", "exercises",
     ),
     "04b_transformer_primer": (
         "core.config", "core.hooks", "core.model", "core.positions", "core.runtime",
@@ -52,27 +52,29 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
-        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.glue",
+        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.glue", "exercises",
         "viz.headview", "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
         "core.config", "core.model", "core.progress", "core.runtime", "tasks.corpus",
         "tasks.tagging", "tasks.translation", "analysis.diversity", "analysis.metrics",
-        "analysis.roles", "interventions.ablation", "viz.glue",
+        "analysis.roles", "interventions.ablation", "viz.glue", "exercises",
     ),
     "07_pruning": (
         "core.model", "core.runtime", "core.train", "tasks.corpus", "tasks.translation",
         "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
         "interventions.pruning", "viz.glue", "viz.plotting", "viz.roles", "tools.timing",
+        "exercises",
     ),
     "08_drophead": (
         "core.model", "core.progress", "core.runtime", "tasks.translation", "analysis.diversity",
         "analysis.metrics", "interventions.ablation", "interventions.drophead",
-        "interventions.pruning", "viz.glue",
+        "interventions.pruning", "viz.glue", "exercises",
     ),
     "09_pretrained_heads": (
         "core.progress", "core.runtime", "analysis.metrics", "analysis.roles",
         "pretrained.analysis", "pretrained.load", "viz.glue", "viz.headview", "viz.plotting",
+        "exercises",
     ),
 }  # fmt: skip
 

@@ -5,7 +5,10 @@ Mask polarity, written down once for the whole package:
 * ``key_padding_mask`` (batch, k_len) and the ``mask`` of ``attention_pattern``: **True =
   blocked** (a padding key, a future token), as in ``torch.nn.MultiheadAttention``;
   ``torch.nn.functional.scaled_dot_product_attention`` takes the opposite (True = may
-  attend), and ``MultiHeadAttention`` inverts the mask once, where it calls that kernel;
+  attend), and ``MultiHeadAttention`` inverts the mask once, where it calls that kernel.
+  A query whose every key is blocked (left padding under a causal mask) reads nothing: its
+  pattern row is all zeros and so is what each head writes there, on both paths
+  (``core.attention.key_softmax``);
 * query selections (``queries``, ``Gold.scored_queries()``, ``TaggingData.real_tokens``):
   **True = counted**;
 * head masks and gates (``head_mask``, ``{path: (heads,)}`` dicts): **1 = kept**, 0 = removed.

@@ -28,12 +28,3 @@ def attention_cost(
     logits = 2 * seq_len * seq_len * hk
     mix = 2 * seq_len * seq_len * hv
     return {"params": params, "flops": proj + logits + mix, "flops_logits": logits}
-
-
-def mha_flops(d_model: int, n_heads: int, d_key: int, d_value: int, n: int) -> int:
-    """FLOPs (2 per multiply-add) of the matrix products in one self-attention forward pass
-    over ``n`` tokens: ``attention_cost(...)["flops"]``.
-
-    Shapes: none.
-    """
-    return attention_cost(d_model, n_heads, d_key, d_value, n)["flops"]

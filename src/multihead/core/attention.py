@@ -31,10 +31,24 @@ from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
 
 
+def key_softmax(scores: Tensor) -> Tensor:
+    """Softmax over the keys (last dimension), where blocked keys hold ``-inf``.
+
+    A query whose every key is blocked reads nothing: its row is all zeros (softmax alone
+    would give nan), as in the fused kernel. This is the course's convention for a fully
+    masked row; gradients through such a row are zero, not nan.
+
+    Shapes: scores (..., query, key) -> (..., query, key); each row sums to 1, or is 0.
+    """
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., query, 1)
+    return scores.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)
+
+
 def attention_pattern(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tensor:
     """Softmax of scaled dot products: the textbook formula, nothing fused.
 
-    ``mask`` is boolean, True where a query may NOT look (broadcast to the pattern).
+    ``mask`` is boolean, True where a query may NOT look (broadcast to the pattern). A row
+    whose every key is masked is all zeros (see ``key_softmax``).
 
     Shapes: q (..., query, d_key), k (..., key, d_key), mask broadcastable to
     (..., query, key) -> pattern (..., query, key), rows sum to 1.
@@ -48,7 +62,7 @@ def attention_pattern(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tenso
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., query, key)
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
-    return scores.softmax(dim=-1)
+    return key_softmax(scores)
 
 
 def blocked(key_padding_mask: Tensor | None, causal: bool, q_len: int, k_len: int, device):
@@ -149,7 +163,7 @@ class MultiHeadAttention(nn.Module):
         if self.materialize:  # explicit: scores and pattern pass their hook points
             scores = (q / math.sqrt(self.d_key)) @ k.transpose(-2, -1)  # (batch, heads, q, k)
             scores = scores if mask is None else scores.masked_fill(mask, float("-inf"))
-            pattern = self.pattern(self.scores(scores).softmax(dim=-1))  # rows sum to 1
+            pattern = self.pattern(key_softmax(self.scores(scores)))  # rows sum to 1 (or 0)
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
         else:  # fused kernel (its mask means "may attend": the opposite polarity)
             z = F.scaled_dot_product_attention(q, k, v, mask if mask is None else ~mask, p_drop)

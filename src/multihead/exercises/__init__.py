@@ -8,6 +8,7 @@ Import them from here, e.g. ``from multihead.exercises import check_attention``.
 from multihead.exercises.ch01 import (
     check_attention,
     check_mha_flops,
+    check_mha_module,
     check_mha_parameter_count,
 )
 from multihead.exercises.ch02 import check_swap_heads, check_value_gradient
@@ -68,6 +69,7 @@ __all__ = [
     "check_layer_spread",
     "check_logit_gap_bound",
     "check_mha_flops",
+    "check_mha_module",
     "check_mha_parameter_count",
     "check_min_key_size",
     "check_positional_share",

@@ -5,48 +5,76 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from multihead.analysis.cost import mha_flops
-from multihead.core.attention import MultiHeadAttention, attention_pattern
+from multihead.core.attention import MultiHeadAttention, attention_pattern, to_torch_multihead
+from multihead.core.hooks import run_with_cache
 from multihead.core.model import count_parameters
-from multihead.exercises._common import ok, require_callable
+from multihead.exercises._common import checker, ok, require_callable
+
+# A query whose every key is blocked reads nothing: its output row is zero (the course's
+# convention, see multihead._checks), not nan.
+_EMPTY_ROW = (
+    "a query whose every key is masked must read nothing: the course's convention is a zero "
+    "output row there (softmax of a row of -inf is nan; set such rows of the pattern to 0)"
+)
 
 
-def check_attention(fn: Callable) -> str:
-    """Check ``fn(q, k, v, mask=None)``: scaled dot-product attention.
-
-    ``mask`` is boolean, True where a query may not look. Any leading batch dimensions.
-
-    Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
-    """
-    require_callable("fn", fn)
-    gen = torch.Generator().manual_seed(1234)
+def _attention_cases(gen: torch.Generator):
+    """(q, k, v, mask, what) cases: no mask, causal, padding, and rows with every key masked."""
     for shape_q, shape_k, d_v in (((5, 4), (7, 4), 3), ((2, 3, 6, 8), (2, 3, 6, 8), 5)):
         q = torch.randn(*shape_q, generator=gen, dtype=torch.float64)
         k = torch.randn(*shape_k, generator=gen, dtype=torch.float64)
         v = torch.randn(*shape_k[:-1], d_v, generator=gen, dtype=torch.float64)
         n_q, n_k = shape_q[-2], shape_k[-2]
-        causal = torch.ones(n_q, n_k, dtype=torch.bool).triu(1) if n_q == n_k else None
-        for mask in (None,) if causal is None else (None, causal):
-            want = attention_pattern(q, k, mask) @ v
-            got = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
-            if not isinstance(got, torch.Tensor):
-                raise AssertionError(f"return a tensor, got {type(got).__name__}")
-            if got.shape != want.shape:
-                raise AssertionError(
-                    f"output shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-                )
-            err = (got.double() - want).abs().max().item()
-            if err > 1e-6:
-                hint = (
-                    "masked keys must get exactly zero weight (fill their scores with -inf)"
-                    if mask is not None
-                    else "did you divide the scores by sqrt(d_k) and softmax over the keys?"
-                )
-                raise AssertionError(f"max difference {err:.2e} from the reference; {hint}")
-    return ok("your attention matches the reference, with and without a mask.")
+        yield q, k, v, None, "no mask"
+        pad = torch.zeros(*shape_k[:-2], 1, n_k, dtype=torch.bool)  # (..., 1, key)
+        pad[..., -2:] = True  # the last two keys are padding, for every query
+        yield q, k, v, pad, "a padding mask"
+        if n_q == n_k:
+            causal = torch.ones(n_q, n_k, dtype=torch.bool).triu(1)
+            yield q, k, v, causal, "a causal mask"
+            left_pad = torch.zeros(n_k, dtype=torch.bool)
+            left_pad[:2] = True  # left padding: queries 0 and 1 may look at nothing
+            yield q, k, v, causal | left_pad, "left padding under a causal mask"
 
 
+@checker
+def check_attention(fn: Callable) -> str:
+    """Check ``fn(q, k, v, mask=None)``: scaled dot-product attention.
+
+    ``mask`` is boolean, True where a query may not look, broadcast to (..., n_q, n_k); it
+    may be causal, a padding mask, or block every key of some queries (their output row
+    must be zero). Any leading batch dimensions.
+
+    Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
+    """
+    require_callable("fn", fn)
+    gen = torch.Generator().manual_seed(1234)
+    for q, k, v, mask, what in _attention_cases(gen):
+        want = attention_pattern(q, k, mask) @ v
+        got = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
+        if not isinstance(got, torch.Tensor):
+            raise AssertionError(f"return a tensor, got {type(got).__name__}")
+        if got.shape != want.shape:
+            raise AssertionError(
+                f"with {what}: output shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+            )
+        if mask is not None and torch.isnan(got).any():
+            raise AssertionError(f"with {what}: your output has nan; {_EMPTY_ROW}")
+        err = (got.double() - want).abs().max().item()
+        if err > 1e-6:
+            if mask is None:
+                hint = "did you divide the scores by sqrt(d_k) and softmax over the keys?"
+            elif mask.all(dim=-1).any():
+                hint = _EMPTY_ROW
+            else:
+                hint = "masked keys must get exactly zero weight (fill their scores with -inf)"
+            raise AssertionError(f"with {what}: max difference {err:.2e}; {hint}")
+    return ok("your attention matches the reference, with causal, padding and empty masks.")
+
+
+@checker
 def check_mha_parameter_count(fn: Callable) -> str:
     """Check ``fn(d_model, n_heads, d_key, d_value) -> int``: parameters of one MHA layer,
     biases included (as ``MultiHeadAttention`` with ``bias=True``).
@@ -70,21 +98,125 @@ def check_mha_parameter_count(fn: Callable) -> str:
     return ok("your formula counts every weight and bias.")
 
 
+def _measured_flops(d_model: int, h: int, d_k: int, d_v: int, n: int) -> int:
+    """Matmul FLOPs of one forward pass, as PyTorch's FLOP counter measures them."""
+    layer = MultiHeadAttention(d_model, h, d_k, d_v)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        run_with_cache(layer, torch.zeros(1, n, d_model))  # the explicit path: plain matmuls
+    return counter.get_total_flops()
+
+
+@checker
 def check_mha_flops(fn: Callable) -> str:
     """Check ``fn(d_model, n_heads, d_key, d_value, n) -> int``: matmul FLOPs of one
-    self-attention forward pass over ``n`` tokens, counting 2 FLOPs per multiply-add.
+    self-attention forward pass over ``n`` tokens, counting 2 FLOPs per multiply-add. The
+    reference is PyTorch's own FLOP counter run on ``MultiHeadAttention``.
 
     Shapes: none.
     """
     require_callable("fn", fn)
-    cases = ((64, 4, 16, 16, 10), (128, 8, 32, 8, 50), (96, 3, 7, 11, 33), (512, 8, 64, 64, 512))
+    cases = ((64, 4, 16, 16, 10), (128, 8, 32, 8, 50), (96, 3, 7, 11, 33), (256, 8, 32, 32, 128))
     for d_model, h, d_k, d_v, n in cases:
-        want = mha_flops(d_model, h, d_k, d_v, n)
+        want = _measured_flops(d_model, h, d_k, d_v, n)
         got = fn(d_model, h, d_k, d_v, n)
         if got != want:
             terms = "the Q/K/V projections, Q K^T, the weighted sum of values and W_O"
             raise AssertionError(
                 f"for d_model={d_model}, n_heads={h}, d_key={d_k}, d_value={d_v}, n={n} you "
-                f"gave {got}, expected {want}. Count {terms}, 2 FLOPs per multiply-add."
+                f"gave {got}, PyTorch's counter measures {want}. Count {terms}, 2 FLOPs per "
+                "multiply-add."
             )
     return ok("your FLOP count matches, and grows like n^2 only through Q K^T and P V.")
+
+
+_MODULE_SHAPES = {
+    "W_Q": "(n_heads, d_model, d_head)",
+    "W_K": "(n_heads, d_model, d_head)",
+    "W_V": "(n_heads, d_model, d_head)",
+    "W_O": "(n_heads, d_head, d_model)",
+    "b_Q": "(n_heads, d_head)",
+    "b_K": "(n_heads, d_head)",
+    "b_V": "(n_heads, d_head)",
+    "b_O": "(d_model,)",
+}
+
+
+def _copy_into_reference(mine: torch.nn.Module, d_model: int, h: int) -> MultiHeadAttention:
+    """The course's module with the reader's weights, checking their names and shapes."""
+    ref = MultiHeadAttention(d_model, h).double()
+    for name, layout in _MODULE_SHAPES.items():
+        p = getattr(mine, name, None)
+        if not isinstance(p, torch.Tensor):
+            raise AssertionError(f"your module needs a parameter {name} of shape {layout}")
+        want = getattr(ref, name).shape
+        if p.shape != want:
+            raise AssertionError(
+                f"{name} has shape {tuple(p.shape)}, expected {layout} = {tuple(want)}"
+            )
+        with torch.no_grad():
+            p.normal_(generator=torch.Generator().manual_seed(len(name) * 7 + h))
+            getattr(ref, name).copy_(p)
+    return ref
+
+
+@checker
+def check_mha_module(cls: Callable) -> str:
+    """Check a batched multi-head attention module against ``torch.nn.MultiheadAttention``.
+
+    ``cls(d_model, n_heads)`` builds a module with parameters ``W_Q, W_K, W_V``
+    (n_heads, d_model, d_head), ``W_O`` (n_heads, d_head, d_model), ``b_Q, b_K, b_V``
+    (n_heads, d_head) and ``b_O`` (d_model,), ``d_head = d_model // n_heads``;
+    ``module(x, key_padding_mask=None, causal=False)`` is self-attention with the course's
+    polarity (True = blocked). The checker sets random weights, copies them into PyTorch's
+    layer (one stacked ``in_proj_weight`` applied as ``x @ W.T``) and compares the outputs
+    with no mask, a causal mask, padding, and queries whose every key is blocked.
+
+    Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq) -> (batch, seq, d_model).
+    """
+    require_callable("cls", cls)
+    gen = torch.Generator().manual_seed(2024)
+    for d_model, h, batch, n in ((8, 2, 3, 5), (12, 3, 2, 7), (16, 4, 4, 6)):
+        mine = cls(d_model, h)
+        if not isinstance(mine, torch.nn.Module):
+            raise AssertionError(f"cls(d_model, n_heads) must build an nn.Module, got {mine!r}")
+        mine = mine.double()
+        torch_layer = to_torch_multihead(_copy_into_reference(mine, d_model, h))
+        x = torch.randn(batch, n, d_model, generator=gen, dtype=torch.float64)
+        pad = torch.zeros(batch, n, dtype=torch.bool)
+        pad[0, -2:] = True  # right padding on example 0
+        pad[1, :2] = True  # left padding on example 1: under causal, queries 0, 1 see nothing
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)
+        for padding, causal, what in (
+            (None, False, "no mask"),
+            (None, True, "causal=True"),
+            (pad, False, "a key_padding_mask"),
+            (pad, True, "a key_padding_mask and causal=True"),
+        ):
+            kwargs = {"key_padding_mask": padding, "causal": causal}
+            got = mine(x, **{k: v for k, v in kwargs.items() if v is not None})
+            want, _ = torch_layer(
+                x,
+                x,
+                x,
+                key_padding_mask=padding,
+                attn_mask=future if causal else None,
+                need_weights=False,
+            )
+            if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                raise AssertionError(
+                    f"with {what}: expected shape {tuple(want.shape)}, got {shape}"
+                )
+            if torch.isnan(got).any():
+                raise AssertionError(f"with {what}: your output has nan; {_EMPTY_ROW}")
+            err = (got - want).abs().max().item()
+            if err > 1e-8:
+                hint = {
+                    "no mask": "split heads with view(batch, seq, heads, d_head).transpose(1, 2), "
+                    "scale by sqrt(d_head), and sum the heads' z_h W_O[h] (plus b_O once)",
+                    "causal=True": "block keys j > i (True above the diagonal: triu(1))",
+                    "a key_padding_mask": "True marks padding *keys*: broadcast it as "
+                    "(batch, 1, 1, key), not over the queries",
+                }.get(what, _EMPTY_ROW)
+                raise AssertionError(f"with {what}: max difference {err:.2e}; {hint}")
+    return ok("your module matches torch.nn.MultiheadAttention, masks included.")

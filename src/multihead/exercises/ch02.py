@@ -7,11 +7,12 @@ from collections.abc import Callable
 import torch
 
 from multihead.core.attention import MultiHeadAttention
-from multihead.exercises._common import ok, require_callable
+from multihead.exercises._common import checker, ok, require_callable
 
 _PER_HEAD = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O")
 
 
+@checker
 def check_swap_heads(fn: Callable) -> str:
     """Check ``fn(attn, i, j)``: swap heads ``i`` and ``j`` of ``attn`` in place, so that the
     layer computes exactly the same output with its parameters permuted.
@@ -41,6 +42,7 @@ def check_swap_heads(fn: Callable) -> str:
     return ok("swapping two heads everywhere leaves the layer's function unchanged.")
 
 
+@checker
 def check_value_gradient(fn: Callable) -> str:
     """Check ``fn(X, A, G, W_O_i) -> dL/dW_V^(i)`` for one head of a layer without biases,
     where ``out = sum_h A_h X W_V^(h) W_O^(h)`` and ``G = dL/d out``.

@@ -8,7 +8,7 @@ import torch
 
 from multihead.analysis.cost import attention_cost
 from multihead.analysis.lowrank import column_softmax, min_key_size
-from multihead.exercises._common import ok, require_callable
+from multihead.exercises._common import checker, ok, require_callable
 
 
 def _row_pattern(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
@@ -17,6 +17,7 @@ def _row_pattern(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch
     return ((X @ W_Q) @ (X @ W_K).T / d_k**0.5).softmax(dim=-1)
 
 
+@checker
 def check_realize_rows(fn: Callable) -> str:
     """Check ``fn(X, P) -> (W_Q, W_K)``: the expressivity theorem in the row convention.
 
@@ -57,6 +58,7 @@ def check_realize_rows(fn: Callable) -> str:
     return ok("your weights reproduce every row-stochastic target exactly.")
 
 
+@checker
 def check_min_key_size(fn: Callable) -> str:
     """Check ``fn(P) -> int``: the smallest key size of one head producing ``P``.
 
@@ -88,14 +90,19 @@ def check_min_key_size(fn: Callable) -> str:
     return ok("you found the exact rank criterion of the chapter.")
 
 
+@checker
 def check_bert_large_extra_params(answer: object) -> str:
     """Check the number of extra parameters of BERT-large with ``d_key = 128``.
 
     BERT-large: 24 layers, ``d_model = 1024``, 16 heads of size 64; only the query and key
     projections (weights and biases) grow, values keep 64 per head.
 
+    ``answer`` is the number, or a function of no arguments returning it.
+
     Shapes: none.
     """
+    if callable(answer):
+        answer = answer()
     per_layer = (
         attention_cost(1024, 16, 128, 64, seq_len=1)["params"]
         - attention_cost(1024, 16, 64, 64, seq_len=1)["params"]

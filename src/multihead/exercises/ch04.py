@@ -7,9 +7,10 @@ from collections.abc import Callable
 import torch
 
 from multihead.core.talking_heads import TalkingHeadsAttention
-from multihead.exercises._common import ok, require_callable
+from multihead.exercises._common import checker, ok, require_callable
 
 
+@checker
 def check_post_mix(fn: Callable) -> str:
     """Check ``fn(pattern, P_w) -> mixed``: ``mixed[:, m] = sum_j P_w[j, m] pattern[:, j]``.
 
@@ -33,6 +34,7 @@ def check_post_mix(fn: Callable) -> str:
     return ok("post-softmax mixing sums the heads' patterns with weights P_w[j, m].")
 
 
+@checker
 def check_invisible_mixing(fn: Callable) -> str:
     """Check ``fn(h) -> (P_l, P_w)``: mixing matrices, not the identity, that leave a
     talking-heads layer with ``h`` key, softmax and value heads computing the same output
@@ -63,6 +65,7 @@ def check_invisible_mixing(fn: Callable) -> str:
     return ok("a permutation and its inverse relabel the heads and change nothing.")
 
 
+@checker
 def check_talking_heads_flops(fn: Callable) -> str:
     """Check ``fn(n_heads, n) -> int``: the extra FLOPs (2 per multiply-add) of both
     mixing steps of one talking-heads layer, with ``h_k = h = h_v = n_heads``, over one

@@ -8,9 +8,10 @@ import torch
 
 from multihead.analysis.metrics import head_confidence
 from multihead.analysis.roles import syntactic
-from multihead.exercises._common import expect, ok, random_patterns, require_callable
+from multihead.exercises._common import checker, expect, ok, random_patterns, require_callable
 
 
+@checker
 def check_head_confidence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(pattern, query_mask) -> (heads,)``: the mean over the selected queries of
     each head's largest attention weight (Voita et al.'s confidence)."""
@@ -46,6 +47,7 @@ def _reference_share(pattern: torch.Tensor, offset: int) -> torch.Tensor:
     return hit.float().sum(dim=(0, 2)) / (valid.sum() * pattern.shape[0])
 
 
+@checker
 def check_positional_share(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     """Check ``fn(pattern, offset) -> (heads,)``: for each head, the share of queries i
     (among those where key i + offset exists) whose largest weight is on key i + offset."""
@@ -76,9 +78,17 @@ def check_positional_share(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> s
     return ok("a perfect previous-token head has share 1 at offset -1.")
 
 
-def check_subject_head(answer: tuple[int, int], pattern: torch.Tensor, gold: object) -> str:
+@checker
+def check_subject_head(
+    answer: tuple[int, int] | Callable[[torch.Tensor, object], tuple[int, int]],
+    pattern: torch.Tensor,
+    gold: object,
+) -> str:
     """Check that ``answer = (layer, head)`` is the encoder head whose largest weight most
-    often lands on the subject when the query is the verb (nsubj, head->dep)."""
+    often lands on the subject when the query is the verb (nsubj, head->dep). ``answer`` may
+    also be a function ``answer(pattern, gold) -> (layer, head)``."""
+    if callable(answer):
+        answer = answer(pattern, gold)
     acc = syntactic(pattern, gold, "nsubj", "head->dep")["accuracy"]  # (layers, heads)
     if not (isinstance(answer, tuple) and len(answer) == 2):
         raise AssertionError("answer must be a (layer, head) tuple of two ints")

@@ -12,7 +12,7 @@ from multihead.analysis.diversity import (
     logit_gap,
     within_layer_spread,
 )
-from multihead.exercises._common import expect, ok, require_callable
+from multihead.exercises._common import checker, expect, ok, require_callable
 
 
 def _random_distances(seed: int, layers: int = 3, heads: int = 5) -> torch.Tensor:
@@ -31,6 +31,7 @@ def _compare(got: object, want: torch.Tensor, what: str) -> torch.Tensor:
     return got.to(want.dtype)
 
 
+@checker
 def check_layer_spread(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(distances) -> (layers,)``: the mean distance over the pairs of *different*
     heads of each layer, for ``distances`` shaped ``(layers, heads, heads)``."""
@@ -50,6 +51,7 @@ def check_layer_spread(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
     return ok("your spread averages exactly the pairs of different heads in each layer.")
 
 
+@checker
 def check_distinctness(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(distances) -> (layers, heads)``: each head's mean distance to the *other*
     heads of its layer."""
@@ -70,6 +72,7 @@ def check_distinctness(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
     return ok("your distinctness is the mean distance to the other heads of the layer.")
 
 
+@checker
 def check_logit_gap_bound(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(scores_a, scores_b) -> (...)``: the bound ``log 2 - log(1 + exp(-r))`` on
     the JS divergence of the two softmax rows, where ``r`` is the range over the keys of the

@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.exercises._common import expect, ok, require_callable
+from multihead.exercises._common import checker, expect, ok, require_callable
 from multihead.interventions.gates import hard_concrete
 
 
+@checker
 def check_hard_concrete(fn: Callable[..., torch.Tensor]) -> str:
     """Check ``fn(log_alpha, u, beta, gamma, zeta) -> gates``: the Hard Concrete sample
     ``clip(gamma + (zeta - gamma) * sigmoid((log u - log(1 - u) + log_alpha) / beta), 0, 1)``."""
@@ -37,6 +38,7 @@ def check_hard_concrete(fn: Callable[..., torch.Tensor]) -> str:
     return ok("your Hard Concrete sampler matches multihead.interventions.gates.hard_concrete.")
 
 
+@checker
 def check_expected_l0(fn: Callable[..., torch.Tensor]) -> str:
     """Check ``fn(log_alpha, beta, gamma, zeta) -> scalar``: the expected number of non-zero
     gates, ``sum_i (1 - P(g_i = 0))``."""
@@ -61,6 +63,7 @@ def check_expected_l0(fn: Callable[..., torch.Tensor]) -> str:
     return ok("your expected L0 penalty matches the closed form.")
 
 
+@checker
 def check_taylor_importance(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(z, grad_z) -> (heads,)``: Michel importance from a batch of head outputs
     ``z`` (batch, heads, seq, d_value) and the gradients of each example's own loss with

@@ -6,10 +6,11 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.exercises._common import ok, require_callable
+from multihead.exercises._common import checker, ok, require_callable
 from multihead.interventions.drophead import drophead_rate, gate_moments
 
 
+@checker
 def check_drophead_rescale(fn: Callable) -> str:
     """Check ``fn(keep) -> gates``: given which heads of each example are kept (at least one
     per row), return 0 for dropped heads and ``h / K`` for kept ones (``K`` kept in the row).
@@ -37,6 +38,7 @@ def check_drophead_rescale(fn: Callable) -> str:
     return ok("kept heads carry h / K, so every row of gates sums to h.")
 
 
+@checker
 def check_gate_variance(fn: Callable) -> str:
     """Check ``fn(h, p) -> Var(g_i)`` for DropHead's ``h / K`` rule with the rescue of one
     head when all are dropped.
@@ -57,6 +59,7 @@ def check_gate_variance(fn: Callable) -> str:
     return ok("Var(g) = h E[1/max(K,1)] - 1 for every h and p tried.")
 
 
+@checker
 def check_v_schedule(fn: Callable) -> str:
     """Check ``fn(step, total, p, turn) -> rate``: the V-shaped DropHead schedule, ``p`` at
     step 0, 0 at step ``turn``, ``p`` again at the last step ``total - 1``, linear between.

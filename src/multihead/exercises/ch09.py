@@ -8,10 +8,11 @@ from collections.abc import Callable
 import torch
 
 from multihead.analysis.metrics import js_divergence
-from multihead.exercises._common import expect, ok, random_patterns, require_callable
+from multihead.exercises._common import checker, expect, ok, random_patterns, require_callable
 from multihead.pretrained.load import word_level
 
 
+@checker
 def check_js_divergence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(p, q) -> (...)``: the Jensen-Shannon divergence in nats of distributions on
     the last dimension, with 0 log 0 = 0 (rows with zeros must not give nan)."""
@@ -44,6 +45,7 @@ def check_js_divergence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     return ok("your JS divergence is log 2 for disjoint supports and matches the reference.")
 
 
+@checker
 def check_word_level(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> str:
     """Check ``fn(token_attention, word_of_token, n_words) -> (..., words, words)``:
     attention *to* a word is the sum over its tokens, attention *from* a word the mean."""
@@ -70,6 +72,7 @@ def check_word_level(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tenso
     return ok("word-level rows sum to 1 and match multihead.pretrained.load.word_level.")
 
 
+@checker
 def check_classical_mds(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     """Check ``fn(distances, dim) -> (n, dim)``: classical MDS must reproduce the distances
     of points that really lie in ``dim`` dimensions (up to rotation and reflection)."""
