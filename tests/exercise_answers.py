@@ -220,3 +220,23 @@ def my_mds(d, dim):
     vals, vecs = torch.linalg.eigh(B)
     vals, vecs = vals.flip(0)[:dim], vecs.flip(1)[:, :dim]
     return vecs * vals.clamp_min(0).sqrt()
+
+
+# --- the primer -----------------------------------------------------------------------------
+
+
+def my_positions(n, d_model):
+    t = torch.arange(n, dtype=torch.float64)[:, None]  # (n, 1)
+    w = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(n, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(t * w), torch.cos(t * w)
+    return pe
+
+
+def my_causal_mask(n):
+    return torch.ones(n, n, dtype=torch.bool).triu(1)  # True = blocked: keys after the query
+
+
+def my_prenorm_block(layer, x):
+    h = x + layer.attn(layer.norms[0](x))
+    return h + layer.mlp(layer.norms[1](h))

@@ -58,7 +58,7 @@ def stub(*args):
     "checker", [ex.check_sinusoidal, ex.check_causal_mask, ex.check_prenorm_block]
 )
 def test_a_stub_fails_with_a_hint_and_a_non_function_is_refused(checker):
-    with pytest.raises(AssertionError, match="stub"):
+    with pytest.raises(AssertionError, match="fill in the function body first"):
         checker(stub)
     with pytest.raises(TypeError, match="fn"):
         checker("not a function")

@@ -24,7 +24,10 @@ def _answer(fn: Callable, args: tuple, task: str) -> object:
     try:
         return fn(*args)
     except NotImplementedError as err:
-        raise AssertionError(f"your function is still the stub; write its body: {task}") from err
+        raise AssertionError(
+            "your function still raises NotImplementedError: fill in the function body first "
+            f"(replace the raise line with your code): {task}"
+        ) from err
 
 
 def _tensor(got: object, shape: tuple[int, ...], what: str) -> Tensor:
