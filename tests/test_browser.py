@@ -297,6 +297,21 @@ def test_rendered_pages(edition, site, browser):
     if edition == "reader":
         _open(browser, f"{prefix}/book/intro.html")
         _screenshot(browser, "intro")
+        diagrams = set()  # every drawn diagram (an SVG figure) loads; one screenshot each
+        for page in (p for p in pages if p.startswith("book/")):
+            browser.get(f"{prefix}/{page}")
+            for img in browser.find_elements(By.CSS_SELECTOR, "figure img[src$='.svg']"):
+                name = Path(img.get_attribute("src")).stem
+                loaded = browser.execute_script("return arguments[0].naturalWidth", img)
+                assert loaded > 0, f"{page}: diagram {name} did not load"
+                browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", img)
+                browser.execute_script("window.scrollBy(0, -80);")
+                time.sleep(0.2)
+                browser.save_screenshot(
+                    str(SHOTS / f"diagram-{page.split('/')[-1][:-5]}-{name}.png")
+                )
+                diagrams.add(name)
+        assert len(diagrams) == len(list((ROOT / "book" / "figures").glob("*.svg"))), diagrams
         browser.get(f"{prefix}/book/01_mha_from_scratch.html")
         browser.execute_async_script(WAIT_MATH)
         _screenshot(browser, "proof", ".proof")
