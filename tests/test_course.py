@@ -125,3 +125,13 @@ def test_book_builds_without_warnings(tmp_path):
     assert "<img" in chapter  # figures pasted from the notebook
     notebook_page = (html / "notebooks" / "01_mha_from_scratch.html").read_text()
     assert "colab.research.google.com" in notebook_page  # the launch button
+
+
+def test_no_page_or_notebook_refers_readers_to_notes_they_do_not_have():
+    pattern = re.compile(r"\b(source|the) notes?\b", re.IGNORECASE)
+    for path in CHAPTERS + NOTEBOOKS:
+        text = path.read_text()
+        if path.suffix == ".ipynb":
+            text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+        found = pattern.findall(text)
+        assert not found, f"{path.name} mentions {found}: cite the paper or the claims instead"
