@@ -1,0 +1,96 @@
+"""``claim``: record a tested claim's verdict and evidence for the book's claims page.
+
+Every claim the course tests has a row on ``book/claims.md``: its id, the claim, where it
+comes from, the chapter, the verdict, the evidence and the assert behind it. The verdict and
+the evidence cells are pasted from the notebook that tests the claim, so neither is typed by
+hand. A notebook computes the verdict from its replicates, asserts what it teaches, and calls
+
+    claim("drophead-accuracy", verdict, f"DropHead {spread(drop)} vs dropout {spread(best)}")
+
+which glues ``claim_<id>_verdict`` and ``claim_<id>_evidence`` (ids use ``-``; the glue
+names use ``_``) and prints one line. The page pastes them with the ``:s`` format spec.
+
+Shapes: none.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from multihead.viz.glue import glue
+
+VERDICTS = (
+    "proved and checked",
+    "reproduced",
+    "partly",
+    "mixed over seeds",
+    "not reproduced",
+    "not at this scale",
+    "contradicted",
+    "open",
+)
+_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+def glue_name(claim_id: str, field: str) -> str:
+    """The glue name of a claim's ``field`` ("verdict" or "evidence")."""
+    check_claim_id(claim_id)
+    if field not in ("verdict", "evidence"):
+        raise ValueError(f"field must be 'verdict' or 'evidence', got {field!r}")
+    return f"claim_{claim_id.replace('-', '_')}_{field}"
+
+
+def check_claim_id(claim_id: object) -> str:
+    if not isinstance(claim_id, str) or not _ID.match(claim_id):
+        raise ValueError(
+            f"claim_id must be lowercase words joined by '-' (e.g. 'drophead-accuracy'), "
+            f"got {claim_id!r}"
+        )
+    return claim_id
+
+
+def claim(claim_id: str, verdict: str, evidence: str) -> None:
+    """Glue ``verdict`` (one of ``VERDICTS``) and ``evidence`` (one line of text, with the
+    seed count) for the claims page, and print them.
+
+    Shapes: none.
+    """
+    check_claim_id(claim_id)
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if not isinstance(evidence, str) or not evidence.strip() or "\n" in evidence:
+        raise ValueError(f"evidence must be one non-empty line of text, got {evidence!r}")
+    if "|" in evidence:
+        raise ValueError("evidence must not contain '|' (it sits in a table cell)")
+    glue(glue_name(claim_id, "verdict"), verdict, display=False)
+    glue(glue_name(claim_id, "evidence"), evidence, display=False)
+    print(f"claim {claim_id}: {verdict} ({evidence})")
+
+
+def spread(values: Sequence[float], fmt: str = ".3f") -> str:
+    """``"mean (min to max, n seeds)"`` of replicate values, e.g. ``0.312 (0.301 to 0.320,
+    5 seeds)``; one value reads ``0.312 (1 seed)``.
+
+    Shapes: values (n,).
+    """
+    if isinstance(values, (str, bytes)):
+        raise TypeError("values must be a sequence of numbers, not a string")
+    try:
+        vals = [float(v) for v in values]
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"values must be a sequence of numbers: {err}") from None
+    if not vals:
+        raise ValueError("values is empty: pass one value per seed")
+    if not all(math.isfinite(v) for v in vals):
+        raise ValueError(f"values must be finite, got {vals}")
+    if not isinstance(fmt, str):
+        raise TypeError(f"fmt must be a format spec str, got {type(fmt).__name__}")
+    try:
+        mean = format(sum(vals) / len(vals), fmt)
+    except ValueError:
+        raise ValueError(f"fmt={fmt!r} is not a float format spec") from None
+    if len(vals) == 1:
+        return f"{mean} (1 seed)"
+    return f"{mean} ({min(vals):{fmt}} to {max(vals):{fmt}}, {len(vals)} seeds)"

@@ -1,0 +1,39 @@
+"""The claims module: verdict vocabulary, glue names, bad input."""
+
+import pytest
+
+from multihead.viz import claims
+
+
+def test_glue_name_and_claim_print(capsys):
+    assert claims.glue_name("drophead-accuracy", "verdict") == "claim_drophead_accuracy_verdict"
+    claims.claim("key-size", "partly", "0.004 (3 seeds)")
+    assert "claim key-size: partly (0.004 (3 seeds))" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (("Key size", "partly", "x"), "claim_id"),
+        (("key-size", "yes", "x"), "verdict"),
+        (("key-size", "partly", ""), "evidence"),
+        (("key-size", "partly", "a\nb"), "evidence"),
+        (("key-size", "partly", "a | b"), "evidence"),
+    ],
+)
+def test_claim_rejects_bad_input(args, word):
+    with pytest.raises(ValueError, match=word):
+        claims.claim(*args)
+
+
+def test_spread():
+    assert claims.spread([0.1, 0.3, 0.2]) == "0.200 (0.100 to 0.300, 3 seeds)"
+    assert claims.spread([2.0], ".1f") == "2.0 (1 seed)"
+    with pytest.raises(ValueError, match="values"):
+        claims.spread([])
+    with pytest.raises(TypeError, match="values"):
+        claims.spread("abc")
+    with pytest.raises(ValueError, match="finite"):
+        claims.spread([float("nan")])
+    with pytest.raises(ValueError, match="fmt"):
+        claims.spread([1.0], "d")
