@@ -20,6 +20,7 @@ from multihead.tasks.translation import (
     seq2seq_loss,
     teacher_forced,
     train_translation_model,
+    train_translation_models,
 )
 
 
@@ -114,6 +115,31 @@ def test_train_translation_model_uses_the_cache(tmp_path, monkeypatch):
     )
     assert steps == [0, 1, 2] and len(list(tmp_path.iterdir())) == 2  # its own checkpoint
     assert len(third.history.loss) == 3
+
+
+def test_train_translation_models_batches_seeds_and_caches_each(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    corpus = make_corpus(100, seed=0)
+    model_cfg = ModelConfig(
+        200, d_model=16, n_heads=2, n_layers=1, n_decoder_layers=1, n_classes=200, max_len=32
+    )
+    kw = dict(model_config=model_cfg, progress=False)
+    setups = train_translation_models([3, 5], corpus, train_config=TrainConfig(steps=4), **kw)
+    assert [s.train_config.seed for s in setups] == [3, 5] and len(list(tmp_path.iterdir())) == 2
+    alone = train_translation_model(corpus, train_config=TrainConfig(steps=4, seed=5), **kw)
+    assert alone.history.loss == pytest.approx(setups[1].history.loss, abs=1e-5)
+    for a, b in zip(alone.model.parameters(), setups[1].model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert not torch.allclose(
+        setups[0].model.encoder.embed.weight, alone.model.encoder.embed.weight
+    )
+    again = train_translation_models([5, 7], corpus, train_config=TrainConfig(steps=4), **kw)
+    assert again[0].history.loss == setups[1].history.loss  # seed 5 came from the cache
+    assert len(list(tmp_path.iterdir())) == 4  # seed 7 trained; plus the alone run
+    with pytest.raises(TypeError, match="seeds"):
+        train_translation_models(3, corpus, **kw)
+    with pytest.raises(ValueError, match="repeats"):
+        train_translation_models([1, 1], corpus, **kw)
 
 
 def test_train_translation_model_rejects_bad_input():

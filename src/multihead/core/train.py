@@ -167,6 +167,18 @@ def code_fingerprint(package_root: Path | None = None) -> str:
     return h.hexdigest()[:12]
 
 
+def checkpoint_path(name: str, key: object) -> Path:
+    """The cache file ``cached_train(name, model, key, ...)`` reads and writes (it may not
+    exist yet).
+
+    Shapes: none.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name={name!r} must be a short identifier such as 'ch1_model'")
+    digest = hashlib.sha256((repr(key) + code_fingerprint()).encode()).hexdigest()[:16]
+    return cache_dir() / f"{name}-{digest}.pt"
+
+
 def cached_train(name: str, model: nn.Module, key: object, train_fn: Callable[[], History]):
     """Load ``model`` from the checkpoint cache if present, else run ``train_fn`` and save.
 
@@ -176,10 +188,7 @@ def cached_train(name: str, model: nn.Module, key: object, train_fn: Callable[[]
 
     Shapes: none.
     """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name={name!r} must be a short identifier such as 'ch1_model'")
-    digest = hashlib.sha256((repr(key) + code_fingerprint()).encode()).hexdigest()[:16]
-    path = cache_dir() / f"{name}-{digest}.pt"
+    path = checkpoint_path(name, key)
     if path.exists():
         saved = torch.load(path, map_location="cpu", weights_only=False)
         model.load_state_dict(saved["state"])

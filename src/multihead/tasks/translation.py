@@ -9,21 +9,22 @@ and ablate heads one at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead._checks import check_positive_int
+from multihead._checks import check_int, check_positive_int
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble_train import seed_cross_entropy
+from multihead.core.ensemble import stack_seeds
+from multihead.core.ensemble_train import seed_cross_entropy, train_seeds
 from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderDecoder
 from multihead.core.runtime import device as default_device
 from multihead.core.runtime import pick
-from multihead.core.train import IGNORE, History, cached_train, train
+from multihead.core.train import IGNORE, History, cached_train, checkpoint_path, train
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
 
 PAD_ID, BOS_ID = 0, 1
@@ -281,6 +282,27 @@ def translation_corpus(
     return make_corpus(n, seed, config=grammar)
 
 
+def _setup_configs(
+    corpus: Corpus | None, model_config: ModelConfig | None, train_config: TrainConfig | None
+) -> tuple[Corpus, ModelConfig, TrainConfig]:
+    corpus = translation_corpus() if corpus is None else corpus
+    if not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a Corpus (make_corpus), got {type(corpus).__name__}")
+    model_default, train_default = default_configs(corpus)
+    model_cfg = model_config or model_default
+    train_cfg = train_config or train_default
+    if not isinstance(model_cfg, ModelConfig) or not isinstance(train_cfg, TrainConfig):
+        raise TypeError("model_config must be a ModelConfig and train_config a TrainConfig")
+    if model_cfg.vocab_size < len(corpus.src_vocab) or (model_cfg.n_classes or 0) < len(
+        corpus.tgt_vocab
+    ):
+        raise ValueError(
+            f"model_config needs vocab_size >= {len(corpus.src_vocab)} and n_classes >= "
+            f"{len(corpus.tgt_vocab)} for this corpus; start from default_configs(corpus)"
+        )
+    return corpus, model_cfg, train_cfg
+
+
 def train_translation_model(
     corpus: Corpus | None = None,
     *,
@@ -301,21 +323,9 @@ def train_translation_model(
 
     Shapes: none.
     """
-    corpus = translation_corpus() if corpus is None else corpus
-    if not isinstance(corpus, Corpus):
-        raise TypeError(f"corpus must be a Corpus (make_corpus), got {type(corpus).__name__}")
     if on_step is not None and on_step_key is None:
         raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
-    model_default, train_default = default_configs(corpus)
-    model_cfg = model_config or model_default
-    train_cfg = train_config or train_default
-    if model_cfg.vocab_size < len(corpus.src_vocab) or (model_cfg.n_classes or 0) < len(
-        corpus.tgt_vocab
-    ):
-        raise ValueError(
-            f"model_config needs vocab_size >= {len(corpus.src_vocab)} and n_classes >= "
-            f"{len(corpus.tgt_vocab)} for this corpus; start from default_configs(corpus)"
-        )
+    corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
     torch.manual_seed(train_cfg.seed)
     model = EncoderDecoder(model_cfg)
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
@@ -340,6 +350,72 @@ def train_translation_model(
     return TranslationSetup(
         corpus, data["train"], data["valid"], data["test"], model, history, model_cfg, train_cfg
     )
+
+
+def train_translation_models(
+    seeds: Sequence[int],
+    corpus: Corpus | None = None,
+    *,
+    model_config: ModelConfig | None = None,
+    train_config: TrainConfig | None = None,
+    name: str = "roles_translation_seeds",
+    progress: bool = True,
+) -> list[TranslationSetup]:
+    """The chapter's translation model trained once per seed, the seeds trained together as
+    one batched model (``core.ensemble``), each kept in the checkpoint cache.
+
+    Seed ``s`` is the model ``train_translation_model`` trains with ``train_config.seed = s``
+    (its own initialisation and batch order; equal to that run to about 1e-5, not bitwise).
+    Only the seeds missing from the cache are trained. Hooks (DropHead, gates) cannot act
+    during batched training: use ``train_translation_model`` with ``on_step`` for those.
+
+    Shapes: none.
+    """
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise TypeError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+    seeds = [check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds)]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds={seeds} repeats a seed")
+    corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
+    data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
+    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
+
+    def key(seed: int) -> tuple:
+        cfg = replace(train_cfg, seed=seed)
+        return ("translation-seeds", sizes, corpus.seed, corpus.config, model_cfg, cfg)
+
+    missing = [s for s in seeds if not checkpoint_path(name, key(s)).exists()]
+    trained: dict[int, tuple[nn.Module, History]] = {}
+    if missing:
+        ensemble = stack_seeds(lambda seed: EncoderDecoder(model_cfg), missing)
+        histories = train_seeds(
+            ensemble,
+            sampler(data["train"]),
+            train_cfg,
+            loss_fn=seq2seq_seed_loss,
+            pad=SEQ2SEQ_PAD,
+            progress=progress,
+            desc=f"translation models ({len(missing)} seeds)",
+        )
+        trained = {s: (ensemble.pick(k), histories[k]) for k, s in enumerate(missing)}
+    setups = []
+    for seed in seeds:
+        model = EncoderDecoder(model_cfg)
+
+        def copy_trained(model: nn.Module = model, seed: int = seed) -> History:
+            picked, history = trained[seed]
+            model.load_state_dict(picked.state_dict())
+            return history
+
+        history = cached_train(name, model, key(seed), copy_trained)
+        model.to(default_device()).eval()
+        cfg = replace(train_cfg, seed=seed)
+        setups.append(
+            TranslationSetup(
+                corpus, data["train"], data["valid"], data["test"], model, history, model_cfg, cfg
+            )
+        )
+    return setups
 
 
 @torch.no_grad()
