@@ -1,0 +1,78 @@
+"""The claims page: every row's verdict and evidence are pasted from a notebook's glue, every
+claim a notebook records has a row, and every chapter links to its rows."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from multihead.viz.claims import VERDICTS, glue_name
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "book" / "claims.md"
+GLUE = re.compile(r"\{glue:text\}`\.\./notebooks/([\w]+)\.ipynb::(claim_\w+_(verdict|evidence)):s`")
+
+
+def _rows() -> list[tuple[str, str, list[str]]]:
+    """(chapter number, claim id, cells) for every table row of the page."""
+    rows, chapter = [], None
+    for line in PAGE.read_text().splitlines():
+        if m := re.match(r"\(claims-ch(\d+)\)=", line):
+            chapter = m.group(1)
+        if line.startswith("|") and not line.startswith(("| id ", "|---")):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows.append((chapter, cells[0].strip("`"), cells))
+    return rows
+
+
+def _glued(stem: str) -> dict[str, str]:
+    nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
+    out = {}
+    for cell in nb["cells"]:
+        for o in cell.get("outputs", []):
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                out[name] = o["data"].get("application/papermill.record/text/plain", "")
+    return out
+
+
+def test_every_row_pastes_its_verdict_and_evidence_from_glue():
+    rows = _rows()
+    assert rows, "the claims page has no rows"
+    ids = [cid for _, cid, _ in rows]
+    assert len(ids) == len(set(ids)), "a claim id appears twice on the claims page"
+    for chapter, cid, cells in rows:
+        assert len(cells) == 6, f"row {cid}: expected 6 cells, got {len(cells)}"
+        for cell, field in ((cells[3], "verdict"), (cells[4], "evidence")):
+            m = GLUE.fullmatch(cell)
+            assert m, f"row {cid}: the {field} cell must be one {{glue:text}} reference"
+            stem, name = m.group(1), m.group(2)
+            assert stem.startswith(chapter), f"row {cid} sits under chapter {chapter}"
+            assert name == glue_name(cid, field), f"row {cid}: glue name {name}"
+            glued = _glued(stem)
+            assert name in glued, f"row {cid}: {stem} does not glue {name}"
+            if field == "verdict":
+                assert glued[name].strip("'") in VERDICTS, f"row {cid}: {glued[name]}"
+
+
+def test_every_recorded_claim_has_a_row():
+    on_page = {glue_name(cid, "verdict") for _, cid, _ in _rows()}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for name in _glued(nb.stem):
+            if name.startswith("claim_") and name.endswith("_verdict"):
+                assert name in on_page, f"{nb.name} records {name}, which has no row"
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "book").glob("0*.md")), ids=lambda p: p.stem)
+def test_every_chapter_with_claims_links_to_its_rows(page):
+    chapter = page.stem.split("_")[0]
+    if not any(ch == chapter for ch, _, _ in _rows()):
+        pytest.skip(f"chapter {chapter} has no rows")
+    assert f"claims-ch{chapter}" in page.read_text(), f"{page.name} never links to its rows"
+
+
+def test_the_page_lists_at_least_25_claims():
+    assert len(_rows()) >= 25, f"the claims page has {len(_rows())} rows"
