@@ -42,3 +42,20 @@ def test_seed_everything_is_deterministic():
 def test_seed_bad_input(seed, err):
     with pytest.raises(err, match="seed"):
         runtime.seed_everything(seed)
+
+
+def test_seeds_follow_the_mode_and_the_offset(monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_FAST", "1")
+    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET", raising=False)
+    assert runtime.seeds() == [0, 1, 2]
+    monkeypatch.setenv("MULTIHEAD_FAST", "0")
+    assert runtime.seeds(full=6) == [0, 1, 2, 3, 4, 5]
+    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "100")
+    assert runtime.seeds(full=2) == [100, 101]
+    for bad in ("-1", "x"):
+        monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", bad)
+        with pytest.raises(ValueError, match="MULTIHEAD_SEED_OFFSET"):
+            runtime.seeds()
+    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET")
+    with pytest.raises(ValueError, match="fast"):
+        runtime.seeds(fast=0)

@@ -18,6 +18,7 @@ import torch
 T = TypeVar("T")
 
 FAST_ENV = "MULTIHEAD_FAST"
+SEED_ENV = "MULTIHEAD_SEED_OFFSET"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
@@ -75,6 +76,39 @@ def device(prefer: str | None = None) -> torch.device:
     if torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def seed_offset() -> int:
+    """The shift ``MULTIHEAD_SEED_OFFSET`` gives every replicate seed (0 when unset).
+
+    Shapes: none (reads the environment).
+    """
+    value = os.environ.get(SEED_ENV, "").strip()
+    if not value:
+        return 0
+    try:
+        offset = int(value)
+    except ValueError:
+        raise ValueError(f"{SEED_ENV}={value!r} must be a non-negative integer") from None
+    if offset < 0:
+        raise ValueError(f"{SEED_ENV}={offset} must be a non-negative integer")
+    return offset
+
+
+def seeds(*, full: int = 5, fast: int = 3) -> list[int]:
+    """The replicate seeds a verdict rests on: ``full`` of them in full mode, ``fast`` in
+    fast mode, ``0, 1, ...`` shifted by ``MULTIHEAD_SEED_OFFSET``.
+
+    The offset re-checks a notebook's conclusions on seeds nobody picked:
+    ``MULTIHEAD_SEED_OFFSET=100`` trains seeds 100, 101, ... instead.
+
+    Shapes: none.
+    """
+    for name, n in (("full", full), ("fast", fast)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name}={n!r} must be a positive int (a number of seeds)")
+    offset = seed_offset()
+    return [offset + k for k in range(pick(full=full, fast=fast))]
 
 
 def seed_everything(seed: int) -> torch.Generator:
