@@ -14,6 +14,7 @@ from multihead.tasks.tagging import (
     tagger_patterns,
     tagging_data,
     train_tagger,
+    train_taggers,
 )
 
 
@@ -53,6 +54,53 @@ def test_train_tagger_learns_and_caches(corpus, tmp_path, monkeypatch):
     assert all(
         torch.equal(x, y) for x, y in zip(model.parameters(), again.parameters(), strict=True)
     )
+
+
+def test_train_taggers_batches_seeds_and_caches_each(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=2, d_ff=32)
+    train_data = tagging_data(corpus, corpus.train)
+    tcfg = TrainConfig(steps=4, batch_size=8, warmup=2)
+    models = train_taggers(corpus, train_data, cfg, tcfg, [3, 5])
+    assert len(models) == 2 and len(list(tmp_path.iterdir())) == 2
+    # Seed 5 is the tagger train_tagger trains with seed 5: it finds it in the cache ...
+    alone_cfg = TrainConfig(steps=4, batch_size=8, warmup=2, seed=5)
+    alone = train_tagger(corpus, train_data, cfg, alone_cfg)
+    assert len(list(tmp_path.iterdir())) == 2
+    assert all(
+        torch.equal(a, b) for a, b in zip(alone.parameters(), models[1].parameters(), strict=True)
+    )
+    # ... and equals the alone run trained afresh. The key bias is left out: its gradient is
+    # zero in exact arithmetic (a shift of a whole row cancels in the softmax), so AdamW turns
+    # the roundoff there into steps of size lr.
+    fresh = train_tagger(corpus, train_data, cfg, alone_cfg, name="alone")
+    batched = dict(models[1].named_parameters())
+    for name, p in fresh.named_parameters():
+        if not name.endswith("b_K"):
+            torch.testing.assert_close(p, batched[name], atol=1e-5, rtol=0)
+    x = tagging_data(corpus, corpus.valid[:4]).src
+    torch.testing.assert_close(
+        tagger_patterns(fresh, x), tagger_patterns(models[1], x), atol=1e-5, rtol=0
+    )
+    assert not torch.allclose(models[0].encoder.embed.weight, models[1].encoder.embed.weight)
+    again = train_taggers(corpus, train_data, cfg, tcfg, [5, 7])
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(again[0].parameters(), models[1].parameters(), strict=True)
+    )
+    assert len(list(tmp_path.iterdir())) == 4  # seed 7 trained; plus the fresh alone run
+    with pytest.raises(TypeError, match="seeds"):
+        train_taggers(corpus, train_data, cfg, tcfg, 3)
+    with pytest.raises(ValueError, match="repeats"):
+        train_taggers(corpus, train_data, cfg, tcfg, [1, 1])
+    with pytest.raises(ValueError, match="seeds\\[0\\]"):
+        train_taggers(corpus, train_data, cfg, tcfg, [-1])
+    with pytest.raises(TypeError, match="train_data"):
+        train_taggers(corpus, corpus.train, cfg, tcfg, [0])
+    with pytest.raises(TypeError, match="cfg"):
+        train_taggers(corpus, train_data, "cfg", tcfg, [0])
+    with pytest.raises(TypeError, match="train_cfg"):
+        train_taggers(corpus, train_data, cfg, "tcfg", [0])
 
 
 def test_tagger_bad_input(corpus):

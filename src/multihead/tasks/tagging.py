@@ -11,16 +11,20 @@ setting (number of heads, depth, seed, init scheme). Each trained tagger is cach
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from multihead._checks import check_int
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble_train import seed_cross_entropy
+from multihead.core.ensemble import stack_seeds
+from multihead.core.ensemble_train import seed_cross_entropy, train_seeds
 from multihead.core.model import EncoderModel
-from multihead.core.train import IGNORE, cached_train, train
+from multihead.core.runtime import device as default_device
+from multihead.core.train import IGNORE, History, cached_train, checkpoint_path, train
 from multihead.tasks.corpus import RELATIONS, Corpus, Sentence, gold_tensors
 from multihead.tasks.translation import PAD_ID, encode, stack_internals
 
@@ -133,9 +137,6 @@ def train_tagger(
     if not isinstance(train_cfg, TrainConfig):
         raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
     model = build_tagger(cfg, train_cfg.seed)
-    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
-    key = ("relation_tagger", sizes, corpus.seed, corpus.config, tuple(train_data.src.shape))
-    key += (cfg, train_cfg)
 
     def run():
         return train(
@@ -147,8 +148,74 @@ def train_tagger(
             desc=f"tagger {cfg.n_layers}x{cfg.n_heads} {cfg.init}",
         )
 
-    cached_train(name, model, key, run)
+    cached_train(name, model, _cache_key(corpus, train_data, cfg, train_cfg), run)
     return model.eval()
+
+
+def _cache_key(corpus: Corpus, data: TaggingData, cfg: ModelConfig, train_cfg: TrainConfig):
+    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
+    key = ("relation_tagger", sizes, corpus.seed, corpus.config, tuple(data.src.shape))
+    return key + (cfg, train_cfg)
+
+
+def train_taggers(
+    corpus: Corpus,
+    train_data: TaggingData,
+    cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    seeds: Sequence[int],
+    *,
+    name: str = "relation_tagger",
+    progress: bool = False,
+) -> list[EncoderModel]:
+    """One tagger per seed, the seeds trained together as one batched model
+    (``core.ensemble``), each kept in the checkpoint cache under ``name``.
+
+    Seed ``s`` is the tagger ``train_tagger`` trains with ``train_cfg.seed = s`` (the start
+    ``build_tagger(cfg, s)`` and its own batch order; equal to that run to about 1e-5, not
+    bitwise), and it shares that run's cache entry. Only the seeds missing from the cache are
+    trained. ``train_cfg.seed`` itself is ignored.
+
+    Shapes: none.
+    """
+    if not isinstance(train_data, TaggingData):
+        raise TypeError(f"train_data must be TaggingData, got {type(train_data).__name__}")
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    if not isinstance(train_cfg, TrainConfig):
+        raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise TypeError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+    seeds = [check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds)]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds={seeds} repeats a seed; each seed must be different")
+    keys = {s: _cache_key(corpus, train_data, cfg, replace(train_cfg, seed=s)) for s in seeds}
+    missing = [s for s in seeds if not checkpoint_path(name, keys[s]).exists()]
+    trained: dict[int, tuple[nn.Module, History]] = {}
+    if missing:
+        ensemble = stack_seeds(lambda seed: EncoderModel(cfg), missing)
+        histories = train_seeds(
+            ensemble,
+            tagging_sampler(train_data),
+            train_cfg,
+            loss_fn=tagging_seed_loss,
+            pad=TAGGING_PAD,
+            progress=progress,
+            desc=f"taggers {cfg.n_layers}x{cfg.n_heads} {cfg.init} ({len(missing)} seeds)",
+        )
+        trained = {s: (ensemble.pick(k), histories[k]) for k, s in enumerate(missing)}
+    models = []
+    for seed in seeds:
+        model = EncoderModel(cfg)
+
+        def copy_trained(model: nn.Module = model, seed: int = seed) -> History:
+            picked, history = trained[seed]
+            model.load_state_dict(picked.state_dict())
+            return history
+
+        cached_train(name, model, keys[seed], copy_trained)
+        models.append(model.to(default_device()).eval())
+    return models
 
 
 @torch.no_grad()
