@@ -65,3 +65,40 @@ def test_confidence_bad_input():
         head_confidence(p, torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="n, n"):
         offset_profile(torch.full((1, 1, 3, 4), 0.25))
+
+
+def test_within_group_rank_correlation_removes_the_group_levels():
+    from multihead.analysis.metrics import rank_correlation, within_group_rank_correlation
+
+    # Two groups: across groups x and y rise together, inside each group they fall.
+    x = torch.tensor([0.0, 1.0, 2.0, 10.0, 11.0, 12.0])
+    y = torch.tensor([2.0, 1.0, 0.0, 12.0, 11.0, 10.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    assert rank_correlation(x, y) > 0.5
+    assert within_group_rank_correlation(x, y, groups).item() == pytest.approx(-1.0)
+    assert within_group_rank_correlation(x, x, groups).item() == pytest.approx(1.0)
+    # one group: the plain Spearman correlation
+    z = torch.tensor([3.0, 1.0, 2.0, 5.0, 4.0, 0.0])
+    one = torch.zeros(6, dtype=torch.long)
+    assert within_group_rank_correlation(x, z, one).item() == pytest.approx(
+        rank_correlation(x, z).item()
+    )
+    # singleton groups are skipped; no spread gives nan
+    assert within_group_rank_correlation(x, y, torch.tensor([0, 0, 0, 1, 1, 2])).item() == (
+        pytest.approx(-1.0)
+    )
+    assert math.isnan(within_group_rank_correlation(torch.ones(4), x[:4], one[:4]).item())
+
+
+def test_within_group_rank_correlation_bad_input():
+    from multihead.analysis.metrics import within_group_rank_correlation
+
+    x = torch.arange(4.0)
+    with pytest.raises(TypeError, match="groups"):
+        within_group_rank_correlation(x, x, [0, 0, 1, 1])
+    with pytest.raises(TypeError, match="integer labels"):
+        within_group_rank_correlation(x, x, torch.zeros(4))
+    with pytest.raises(ValueError, match="same number"):
+        within_group_rank_correlation(x, x[:3], torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="at least 2"):
+        within_group_rank_correlation(x, x, torch.arange(4))

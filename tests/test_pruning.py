@@ -250,3 +250,73 @@ def test_keep_one_head():
     assert masks["a"].sum() == 0  # not modified in place
     with pytest.raises(ValueError, match="scores"):
         keep_one_head(masks, {"a": torch.zeros(2)})
+
+
+def _sample(data: Encoded):
+    def sample(batch_size, generator):
+        idx = torch.randint(0, len(data.src), (batch_size,), generator=generator)
+        return data.src[idx], data.tgt[idx]
+
+    return sample
+
+
+def test_train_with_masks_trains_each_masked_model_as_alone():
+    from dataclasses import replace
+
+    from multihead.core.config import TrainConfig
+    from multihead.core.train import train
+    from multihead.interventions.pruning import train_with_masks
+    from multihead.tasks.translation import SEQ2SEQ_PAD, seq2seq_loss, seq2seq_seed_loss
+
+    data = _data(16)
+    models = [_model(0), _model(1)]
+    masks = [full_masks(m) for m in models]
+    masks[0]["encoder.layers.0.attn"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    masks[1]["decoder.layers.1.cross_attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    before = [copy.deepcopy(m.state_dict()) for m in models]
+    cfg = TrainConfig(steps=5, batch_size=4, lr=1e-2, warmup=0, grad_clip=0.0)
+    trained, histories = train_with_masks(
+        models, masks, _sample(data), cfg, loss_fn=seq2seq_seed_loss, seeds=[3, 4],
+        pad=SEQ2SEQ_PAD,
+    )  # fmt: skip
+    assert len(trained) == len(histories) == 2 and len(histories[0].loss) == 5
+    for m, state in zip(models, before, strict=True):  # the inputs are untouched
+        assert all(torch.equal(state[n], t) for n, t in m.state_dict().items())
+    for k, (model, mask) in enumerate(zip(models, masks, strict=True)):
+        got = dict(attention_modules(trained[k]))
+        for name, m in mask.items():
+            assert torch.equal(got[name].head_mask.cpu(), m)
+        # a masked head's projections get no gradient, so they keep their initial values
+        enc = got["encoder.layers.0.attn"]
+        if k == 0:
+            assert torch.equal(enc.W_Q[1].cpu(), before[0]["encoder.layers.0.attn.W_Q"][1])
+        alone = copy.deepcopy(model)
+        with head_masks(alone, mask):
+            train(alone, _sample(data), replace(cfg, seed=[3, 4][k]), loss_fn=seq2seq_loss,
+                  progress=False)  # fmt: skip
+            x = (data.src, data.tgt[:, :-1])
+            kw = {"src_padding_mask": data.src == 0}
+            with torch.no_grad():
+                assert torch.allclose(trained[k](*x, **kw), alone(*x, **kw), atol=1e-4)
+
+
+def test_train_with_masks_bad_input():
+    from multihead.core.config import TrainConfig
+    from multihead.interventions.pruning import train_with_masks
+    from multihead.tasks.translation import seq2seq_seed_loss
+
+    models, data = [_model(0), _model(1)], _data()
+    masks = [full_masks(m) for m in models]
+    cfg = TrainConfig(steps=1, batch_size=2)
+    kw = {"loss_fn": seq2seq_seed_loss, "seeds": [0, 1]}
+    with pytest.raises(TypeError, match="models"):
+        train_with_masks(models[0], masks, _sample(data), cfg, **kw)
+    with pytest.raises(ValueError, match="masks must be a list of 2"):
+        train_with_masks(models, masks[:1], _sample(data), cfg, **kw)
+    with pytest.raises(ValueError, match="seeds must hold 2"):
+        train_with_masks(models, masks, _sample(data), cfg, loss_fn=seq2seq_seed_loss, seeds=[0])
+    with pytest.raises(TypeError, match="cfg"):
+        train_with_masks(models, masks, _sample(data), {"steps": 1}, **kw)
+    bad = [masks[0], {"encoder.layers.0.attn": torch.zeros(4)}]
+    with pytest.raises(ValueError, match=r"masks\[1\].*every head"):
+        train_with_masks(models, bad, _sample(data), cfg, **kw)

@@ -97,6 +97,18 @@ def argmax_credit(pattern: Tensor, target: Tensor, atol: float = 1e-6) -> Tensor
     return (is_max & target).sum(-1).to(p.dtype) / is_max.sum(-1).to(p.dtype)
 
 
+def _ranks(t: Tensor) -> Tensor:
+    """Ranks 0..n-1 of the flattened values, ties given their average rank."""
+    t = t.flatten().double()
+    order = t.argsort()
+    r = torch.empty_like(t)
+    r[order] = torch.arange(len(t), dtype=t.dtype)
+    for value in t.unique():  # average the ranks of tied values
+        tied = t == value
+        r[tied] = r[tied].mean()
+    return r
+
+
 def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
     """Spearman's rank correlation of two equally shaped tensors (ties get average ranks).
 
@@ -110,19 +122,47 @@ def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
     if x.numel() < 2:
         raise ValueError("rank_correlation needs at least 2 values")
 
-    def ranks(t: Tensor) -> Tensor:
-        t = t.flatten().double()
-        order = t.argsort()
-        r = torch.empty_like(t)
-        r[order] = torch.arange(len(t), dtype=t.dtype)
-        for value in t.unique():  # average the ranks of tied values
-            tied = t == value
-            r[tied] = r[tied].mean()
-        return r
-
-    rx, ry = ranks(x), ranks(y)
+    rx, ry = _ranks(x), _ranks(y)
     rx, ry = rx - rx.mean(), ry - ry.mean()
     denom = (rx.norm() * ry.norm()).clamp_min(1e-12)
+    return (rx @ ry) / denom
+
+
+def within_group_rank_correlation(x: Tensor, y: Tensor, groups: Tensor) -> Tensor:
+    """Spearman's correlation of ``x`` and ``y`` *within* groups (e.g. the heads of one
+    layer): both are ranked inside each group, the ranks centred on their group's mean, and
+    the centred ranks of all groups correlated together. A difference between the groups'
+    levels (one layer more confident and more important than another) cannot drive it.
+    Groups of one element carry no information and are skipped.
+
+    Shapes: x, y, groups (n,) (groups: integer labels) -> scalar (nan when no group has a
+    spread in both x and y).
+    """
+    for name, t in (("x", x), ("y", y), ("groups", groups)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    x, y, groups = x.flatten(), y.flatten(), groups.flatten()
+    if not (x.numel() == y.numel() == groups.numel()):
+        raise ValueError(
+            f"x, y and groups must have the same number of elements, got "
+            f"{x.numel()}, {y.numel()} and {groups.numel()}"
+        )
+    if groups.is_floating_point() or groups.is_complex() or groups.dtype == torch.bool:
+        raise TypeError(f"groups must hold integer labels, got dtype {groups.dtype}")
+    cx, cy = [], []
+    for g in groups.unique():
+        inside = groups == g
+        if int(inside.sum()) < 2:
+            continue
+        for t, out in ((x[inside], cx), (y[inside], cy)):
+            r = _ranks(t)
+            out.append(r - r.mean())
+    if not cx:
+        raise ValueError("within_group_rank_correlation needs a group with at least 2 elements")
+    rx, ry = torch.cat(cx), torch.cat(cy)
+    denom = rx.norm() * ry.norm()
+    if denom == 0:
+        return torch.tensor(float("nan"), dtype=torch.float64)
     return (rx @ ry) / denom
 
 

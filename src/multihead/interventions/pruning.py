@@ -12,7 +12,9 @@ testbed, ``multihead.tasks.translation`` has ``batches``, ``per_sentence_loss``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import copy
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +22,11 @@ from torch import Tensor, nn
 
 from multihead._checks import check_callable, check_int, check_number
 from multihead.analysis.metrics import head_confidence
+from multihead.core.config import TrainConfig
+from multihead.core.ensemble import SeedEnsemble
+from multihead.core.ensemble_train import train_seeds
 from multihead.core.hooks import hooks
+from multihead.core.train import History
 from multihead.interventions.ablation import (
     Masks,
     attention_modules_of,
@@ -261,3 +267,54 @@ def keep_one_head(masks: Masks, scores: dict[str, Tensor]) -> Masks:
         if not bool((mask != 0).any()):
             out[name][int(scores[name].argmax())] = 1.0
     return out
+
+
+def train_with_masks(
+    models: Sequence[nn.Module],
+    masks: Sequence[Masks],
+    sample: Callable[[int, torch.Generator], Batch],
+    cfg: TrainConfig,
+    *,
+    loss_fn: Callable[[nn.Module, Batch], Tensor],
+    seeds: Sequence[int],
+    pad: Sequence[int] | None = None,
+    progress: bool = False,
+) -> tuple[list[nn.Module], list[History]]:
+    """Train copies of K models of one architecture, model ``k`` with the fixed head mask
+    ``masks[k]`` in force, as one batched model (``core.ensemble_train.train_seeds``).
+
+    A masked head writes nothing, so its projections get no gradient: this trains the
+    pruned architecture (a fine-tune of a greedily pruned model, or, from fresh models, a
+    pruned architecture from scratch) without slicing, which lets models with different
+    masks share one batched run. Model ``k`` draws its batches with ``seeds[k]``;
+    ``loss_fn`` returns one loss per seed (e.g. ``tasks.translation.seq2seq_seed_loss``).
+    The inputs are not changed; the returned models carry their masks as head masks.
+
+    Shapes: masks[k] {path: (heads,)} of 0/1 -> (K models, K histories).
+    """
+    if isinstance(models, nn.Module) or not isinstance(models, Sequence) or not models:
+        raise TypeError("models must be a non-empty list of models (one per seed)")
+    if isinstance(masks, dict) or not isinstance(masks, Sequence) or len(masks) != len(models):
+        raise ValueError(f"masks must be a list of {len(models)} masks, one per model")
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+        raise TypeError(f"seeds must be a list of {len(models)} ints, got {seeds!r}")
+    if len(seeds) != len(models):
+        raise ValueError(f"seeds must hold {len(models)} ints (one per model), got {len(seeds)}")
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    for k, (model, mask) in enumerate(zip(models, masks, strict=True)):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"models[{k}] must be a torch.nn.Module, got {type(model).__name__}")
+        try:
+            check_masks(model, mask, binary=True)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"masks[{k}]: {err}") from None
+    copies = [copy.deepcopy(m).cpu() for m in models]
+    with ExitStack() as stack:
+        for model, mask in zip(copies, masks, strict=True):
+            stack.enter_context(head_masks(model, {n: t.cpu() for n, t in mask.items()}))
+        ensemble = SeedEnsemble(copies, list(seeds))  # the masks are stacked as buffers
+    histories = train_seeds(
+        ensemble, sample, cfg, loss_fn=loss_fn, pad=pad, progress=progress, desc="masked seeds"
+    )
+    return [ensemble.pick(k) for k in range(len(copies))], histories
