@@ -1,18 +1,33 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
 from multihead.core.attention import MultiHeadAttention
-from multihead.core.config import ModelConfig
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.ensemble import stack_seeds
+from multihead.core.ensemble_train import train_seeds
 from multihead.core.hooks import run_with_cache
-from multihead.core.model import EncoderModel, attention_modules
+from multihead.core.model import EncoderDecoder, EncoderModel, attention_modules
+from multihead.core.train import train
 from multihead.interventions.drophead import (
     DropHead,
+    SeedDropHead,
     drophead_gate,
     drophead_rate,
     drophead_schedule,
     gate_moments,
     head_outputs,
     injected_variance,
+    seed_drophead_schedule,
+)
+from multihead.tasks.corpus import make_corpus
+from multihead.tasks.translation import (
+    SEQ2SEQ_PAD,
+    encode,
+    sampler,
+    seq2seq_loss,
+    seq2seq_seed_loss,
 )
 
 
@@ -157,3 +172,71 @@ def test_drophead_schedule_attaches_once():
     handle.remove()
     cb.remove()
     assert calls == [1]
+
+
+@pytest.fixture
+def float64():
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(saved)
+
+
+@pytest.mark.parametrize("schedule", ["constant", "v"])
+def test_a_batched_seed_with_drophead_equals_that_seed_trained_alone_with_the_hook(
+    schedule, float64
+):
+    corpus = make_corpus(120, seed=0)
+    cfg = ModelConfig(vocab_size=len(corpus.src_vocab), n_classes=len(corpus.tgt_vocab),
+                      d_model=16, n_heads=4, n_layers=1, n_decoder_layers=1, d_ff=32,
+                      max_len=32)  # fmt: skip
+    # No dropout here: the seeds' batches are padded to one length, so a dropout mask of the
+    # batched run has another shape than the alone run's; DropHead's gates (batch, heads) do not.
+    tcfg = TrainConfig(steps=10, batch_size=8, lr=3e-3, warmup=4)
+    sample = sampler(encode(corpus, corpus.train))
+    seeds = [0, 1]
+    ensemble = stack_seeds(lambda s: EncoderDecoder(cfg), seeds)
+    on_step = seed_drophead_schedule(0.5, tcfg.steps, schedule, turn=tcfg.warmup)
+    histories = train_seeds(ensemble, sample, tcfg, loss_fn=seq2seq_seed_loss, pad=SEQ2SEQ_PAD,
+                            device=torch.device("cpu"), on_step=on_step)  # fmt: skip
+    for k, seed in enumerate(seeds):
+        torch.manual_seed(seed)
+        model = EncoderDecoder(cfg)
+        hook = drophead_schedule(0.5, tcfg.steps, schedule, turn=tcfg.warmup)
+        alone = train(model, sample, replace(tcfg, seed=seed), loss_fn=seq2seq_loss,
+                      device=torch.device("cpu"), progress=False, on_step=hook)  # fmt: skip
+        assert max(abs(a - b) for a, b in zip(alone.loss, histories[k].loss, strict=True)) < 1e-8
+        picked = ensemble.pick(k).state_dict()
+        diff = max((t - picked[n]).abs().max().item() for n, t in model.state_dict().items()
+                   if "b_K" not in n)  # fmt: skip
+        assert diff < 1e-6, (seed, diff)
+    # Without DropHead the same seeds train differently: the test can fail.
+    torch.manual_seed(0)
+    plain = train(EncoderDecoder(cfg), sample, replace(tcfg, seed=0), loss_fn=seq2seq_loss,
+                  device=torch.device("cpu"), progress=False)  # fmt: skip
+    assert max(abs(a - b) for a, b in zip(plain.loss, histories[0].loss, strict=True)) > 1e-3
+    on_step.remove()
+    assert ensemble.head_gates is None
+
+
+def test_seed_drophead_bad_input():
+    cfg = ModelConfig(vocab_size=4, n_classes=4, d_model=8, n_heads=2, n_layers=1, max_len=8)
+    ensemble = stack_seeds(lambda s: EncoderModel(cfg), [0, 1])
+    with pytest.raises(TypeError, match="ensemble must be a SeedEnsemble"):
+        SeedDropHead(EncoderModel(cfg), [0.1, 0.1])
+    with pytest.raises(ValueError, match="rates holds 1 rates but the ensemble has 2 seeds"):
+        SeedDropHead(ensemble, [0.1])
+    with pytest.raises(TypeError, match="rates must be a list"):
+        SeedDropHead(ensemble, 0.1)
+    with pytest.raises(ValueError, match="rates\\[1\\]"):
+        SeedDropHead(ensemble, [0.1, 1.5])
+    with pytest.raises(ValueError, match="schedule"):
+        seed_drophead_schedule(0.3, 10, "w")
+    with pytest.raises(TypeError, match="fn must be callable"):
+        ensemble.set_head_gates("gates")
+    ensemble.set_head_gates(lambda path, b, h, gens: torch.ones(3, b, h))
+    ensemble.train()
+    with pytest.raises(ValueError, match="head gates of encoder.layers.0.attn must be shaped"):
+        ensemble(torch.zeros(2, 3, 8, dtype=torch.long))
+    with pytest.raises(TypeError, match="on_step must be callable"):
+        train_seeds(ensemble, lambda b, g: None, TrainConfig(steps=1), on_step=3)

@@ -140,6 +140,8 @@ def test_train_translation_models_batches_seeds_and_caches_each(tmp_path, monkey
         train_translation_models(3, corpus, **kw)
     with pytest.raises(ValueError, match="repeats"):
         train_translation_models([1, 1], corpus, **kw)
+    with pytest.raises(ValueError, match="on_step_key"):
+        train_translation_models([1], corpus, on_step=lambda e, s: None, **kw)
 
 
 def test_train_translation_model_rejects_bad_input():

@@ -69,7 +69,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "08_drophead": (
         "core.model", "core.progress", "core.runtime", "tasks.translation", "analysis.diversity",
         "analysis.metrics", "interventions.ablation", "interventions.drophead",
-        "interventions.pruning", "viz.glue", "exercises",
+        "interventions.pruning", "viz.claims", "viz.glue", "exercises",
     ),
     "09_pretrained_heads": (
         "core.progress", "core.runtime", "analysis.metrics", "analysis.roles",

@@ -39,6 +39,8 @@ from multihead.core.model import check_tokens as check_token_ids
 from multihead.core.talking_heads import TalkingHeadsAttention
 
 Batch = tuple[Tensor, ...]
+# fn(path, batch, n_heads, generators) -> (K, batch, heads) gates, or None for no gate
+HeadGates = Callable[[str, int, int, list[torch.Generator]], Tensor | None]
 MODELS = (EncoderModel, EncoderDecoder)
 _PARTS = (*MODELS, Stack, Layer, FeedForward, MultiHeadAttention, HookPoint, nn.ModuleList)
 _PARTS += (nn.Linear, nn.LayerNorm, nn.Embedding, nn.Dropout, nn.Identity)
@@ -125,6 +127,31 @@ class SeedEnsemble(nn.Module):
             if dropout_states is not None:
                 g.set_state(dropout_states[i])
             self.generators.append(g)
+        self.head_gates: HeadGates | None = None
+
+    def set_head_gates(self, fn: HeadGates | None) -> None:
+        """Multiply each head's ``z`` by ``fn(path, batch, n_heads, generators)`` while the
+        ensemble trains (``None`` from ``fn``, or ``fn=None``: no gate). ``path`` names the
+        attention module as in the model, ``generators`` are the seeds' own generators.
+
+        Shapes: fn(...) -> (K, batch, heads) or None.
+        """
+        if fn is not None:
+            check_callable("fn", fn, "fn(path, batch, n_heads, generators) -> (K, batch, heads)")
+        self.head_gates = fn
+
+    def _gate(self, path: str, z: Tensor) -> Tensor:
+        """Shapes: z (K, B, heads, Sq, d_value) -> the same, times the head gates."""
+        if not self.training or self.head_gates is None:
+            return z
+        gates = self.head_gates(path, z.shape[1], z.shape[2], self.generators)
+        if gates is None:
+            return z
+        if not isinstance(gates, Tensor) or gates.shape != z.shape[:3]:
+            got = tuple(gates.shape) if isinstance(gates, Tensor) else type(gates).__name__
+            want = tuple(z.shape[:3])  # (K, batch, heads)
+            raise ValueError(f"the head gates of {path} must be shaped {want}, got {got}")
+        return z * gates.to(device=z.device, dtype=z.dtype)[..., None, None]
 
     @property
     def template(self) -> nn.Module:
@@ -255,7 +282,8 @@ class SeedEnsemble(nn.Module):
             z = self._dropout(scores.softmax(-1).unflatten(0, (K, B)), p_drop).flatten(0, 1) @ v
         else:
             z = F.scaled_dot_product_attention(q, k, v, None if mask is None else ~mask)
-        z = z.unflatten(0, (K, B)) * self.p(f"{path}.head_mask")[:, None, :, None, None]
+        z = self._gate(path, z.unflatten(0, (K, B)))  # (K, B, heads, Sq, d_value)
+        z = z * self.p(f"{path}.head_mask")[:, None, :, None, None]
         z = z.transpose(2, 3).reshape(K, B * Sq, -1)  # (K, B * Sq, heads * d_value)
         W_O = self.p(f"{path}.W_O").flatten(1, 2)  # (K, heads * d_value, d_model)
         out = z @ W_O if w["b_O"] is None else torch.baddbmm(w["b_O"][:, None], z, W_O)

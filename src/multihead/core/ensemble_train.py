@@ -119,6 +119,7 @@ def train_seeds(
     device: torch.device | None = None,
     progress: bool = False,
     desc: str = "training seeds",
+    on_step: Callable[[SeedEnsemble, int], None] | None = None,
 ) -> list[History]:
     """Train every seed of ``ensemble`` at once, as ``train`` trains one model.
 
@@ -129,6 +130,8 @@ def train_seeds(
     is minimised, which gives each seed the gradient of its own loss. AdamW is elementwise,
     so on stacked parameters it is K independent optimisers; clipping uses each seed's own
     norm (``clip_per_seed``). ``evaluate(model)`` sees ``ensemble.pick(k)`` for every seed.
+    ``on_step(ensemble, step)`` runs before each step (0-based), as in ``train``: e.g. a
+    per-seed DropHead schedule (``interventions.drophead.seed_drophead_schedule``).
 
     Returns one ``History`` per seed; ``seconds`` is the wall time of the whole batched run.
 
@@ -142,6 +145,8 @@ def train_seeds(
     check_callable("loss_fn", loss_fn, "loss_fn(ensemble, batch) -> (K,) losses")
     if evaluate is not None:
         check_callable("evaluate", evaluate, "evaluate(model) -> dict")
+    if on_step is not None:
+        check_callable("on_step", on_step, "on_step(ensemble, step)")
     dev = device or default_device()
     ensemble.to(dev)
     K = ensemble.n_seeds
@@ -155,6 +160,8 @@ def train_seeds(
     start = time.perf_counter()
     for step in tqdm(range(cfg.steps), desc=desc, disable=not progress, mininterval=1.0):
         ensemble.train()
+        if on_step is not None:
+            on_step(ensemble, step)
         batch = stack_batches([sample(cfg.batch_size, g) for g in generators], pad)
         losses = loss_fn(ensemble, tuple(t.to(dev) for t in batch))
         if not isinstance(losses, Tensor) or losses.shape != (K,):

@@ -360,6 +360,8 @@ def train_translation_models(
     train_config: TrainConfig | None = None,
     name: str = "roles_translation_seeds",
     progress: bool = True,
+    on_step: Callable[[nn.Module, int], None] | None = None,
+    on_step_key: object = None,
 ) -> list[TranslationSetup]:
     """The chapter's translation model trained once per seed, the seeds trained together as
     one batched model (``core.ensemble``), each kept in the checkpoint cache.
@@ -367,7 +369,9 @@ def train_translation_models(
     Seed ``s`` is the model ``train_translation_model`` trains with ``train_config.seed = s``
     (its own initialisation and batch order; equal to that run to about 1e-5, not bitwise).
     Only the seeds missing from the cache are trained. Hooks (DropHead, gates) cannot act
-    during batched training: use ``train_translation_model`` with ``on_step`` for those.
+    during batched training; ``on_step(ensemble, step)`` runs before every batched step
+    instead (e.g. ``interventions.drophead.seed_drophead_schedule``), and ``on_step_key``
+    must then describe it (it joins the checkpoint key).
 
     Shapes: none.
     """
@@ -376,13 +380,16 @@ def train_translation_models(
     seeds = [check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds)]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds={seeds} repeats a seed")
+    if on_step is not None and on_step_key is None:
+        raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
     corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
 
     def key(seed: int) -> tuple:
         cfg = replace(train_cfg, seed=seed)
-        return ("translation-seeds", sizes, corpus.seed, corpus.config, model_cfg, cfg)
+        found = ("translation-seeds", sizes, corpus.seed, corpus.config, model_cfg, cfg)
+        return found if on_step_key is None else (*found, on_step_key)
 
     missing = [s for s in seeds if not checkpoint_path(name, key(s)).exists()]
     trained: dict[int, tuple[nn.Module, History]] = {}
@@ -396,6 +403,7 @@ def train_translation_models(
             pad=SEQ2SEQ_PAD,
             progress=progress,
             desc=f"translation models ({len(missing)} seeds)",
+            on_step=on_step,
         )
         trained = {s: (ensemble.pick(k), histories[k]) for k, s in enumerate(missing)}
     setups = []
