@@ -72,9 +72,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "interventions.pruning", "viz.claims", "viz.glue", "exercises",
     ),
     "09_pretrained_heads": (
-        "core.progress", "core.runtime", "analysis.metrics", "analysis.roles",
-        "pretrained.analysis", "pretrained.load", "viz.glue", "viz.headview", "viz.plotting",
-        "exercises",
+        "core.runtime", "analysis.metrics", "analysis.roles", "pretrained.analysis",
+        "pretrained.load", "pretrained.rarity", "viz.claims", "viz.glue", "viz.headview",
+        "viz.plotting", "exercises",
     ),
 }  # fmt: skip
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from multihead.analysis.diversity import pairwise_head_distances
-from multihead.analysis.metrics import entropy
+from multihead.analysis.metrics import entropy, rank_correlation
 from multihead.analysis.roles import Gold
 from multihead.pretrained.load import HeadMask, SentenceAttention
 
@@ -235,3 +235,64 @@ def retrieval_scores(a: Tensor, p: Tensor) -> tuple[Tensor, Tensor]:
     others = (sim.sum(-1) - own) / (n - 1)
     best_other = sim.masked_fill(torch.eye(n, dtype=torch.bool), float("-inf")).amax(-1)
     return (own - others).mean(), (own > best_other).float().mean()
+
+
+def folds(n: int, k: int, seed: int = 0) -> list[list[int]]:
+    """Split ``range(n)`` into ``k`` disjoint folds of nearly equal size, after a shuffle
+    seeded by ``seed``: independent subsets of the data, the replicates of a model that
+    cannot be retrained.
+
+    Shapes: -> k sorted lists of ints.
+    """
+    for name, v, low in (("n", n, 1), ("k", k, 1), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name}={v!r} must be an int >= {low}")
+    if k > n:
+        raise ValueError(f"k={k} folds need at least k items, got n={n}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [sorted(perm[i::k]) for i in range(k)]
+
+
+def held_out_splits(n: int, k: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """Out-of-sample replicates: cut ``range(n)`` into ``k`` folds (:func:`folds`) and
+    return, for each fold, (the fold, every other item): indices to score on and disjoint
+    indices to evaluate on. Scoring on the small part keeps the cost of a score that needs
+    one evaluation per head (ablation) at that of one pass over the data.
+
+    Shapes: -> k pairs of sorted lists of ints.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ValueError(f"k={k!r} must be an int >= 2 (a fold to score on and the rest)")
+    parts = folds(n, k, seed)
+    return [(f, sorted(i for g in parts if g is not f for i in g)) for f in parts]
+
+
+def steps_at_full(curve: Tensor, steps: list[int]) -> int:
+    """The largest number of removed heads up to which a pruning curve never falls below
+    its start (``curve[0]``, nothing removed): every point up to it keeps the full value.
+
+    Shapes: curve (m,), steps m ints starting at 0 -> int.
+    """
+    curve = torch.as_tensor(curve).flatten()
+    if len(steps) != len(curve) or not steps or steps[0] != 0:
+        raise ValueError(
+            f"steps must start at 0 and match the curve's {len(curve)} points, got {steps}"
+        )
+    kept = 0
+    for k, v in zip(steps, curve.tolist(), strict=True):
+        if v < curve[0].item():
+            break
+        kept = k
+    return kept
+
+
+def within_layer_rank_correlation(x: Tensor, y: Tensor) -> Tensor:
+    """Spearman correlation of two head statistics inside each layer.
+
+    Shapes: x, y (layers, heads) -> (layers,).
+    """
+    if not isinstance(x, Tensor) or not isinstance(y, Tensor) or x.shape != y.shape:
+        raise ValueError("x and y must be equally shaped (layers, heads) tensors")
+    if x.ndim != 2 or x.shape[1] < 3:
+        raise ValueError(f"x must be (layers, heads) with at least 3 heads, got {tuple(x.shape)}")
+    return torch.stack([rank_correlation(a, b) for a, b in zip(x, y, strict=True)])
