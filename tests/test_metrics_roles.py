@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from multihead.analysis.metrics import argmax_credit, rank_correlation
+from multihead.analysis.metrics import argmax_credit, rank_correlation, rank_correlation_by_row
 
 
 def test_argmax_credit_single_max_and_ties():
@@ -38,3 +38,20 @@ def test_rank_correlation_rejects_bad_input():
         rank_correlation(torch.ones(1), torch.ones(1))
     with pytest.raises(TypeError, match="x"):
         rank_correlation([1, 2], torch.ones(2))
+
+
+def test_rank_correlation_by_row_takes_out_the_rows():
+    # Across rows x and y rise together; within each row they run opposite ways.
+    x = torch.tensor([[0.0, 1.0, 2.0], [10.0, 11.0, 12.0]])
+    y = torch.tensor([[2.0, 1.0, 0.0], [12.0, 11.0, 10.0]])
+    assert rank_correlation(x, y).item() > 0.5
+    assert rank_correlation_by_row(x, y).tolist() == pytest.approx([-1.0, -1.0])
+
+
+def test_rank_correlation_by_row_rejects_bad_input():
+    with pytest.raises(ValueError, match="x must be a 2-D"):
+        rank_correlation_by_row(torch.ones(3), torch.ones(3))
+    with pytest.raises(ValueError, match="same shape"):
+        rank_correlation_by_row(torch.ones(2, 3), torch.ones(3, 2))
+    with pytest.raises(ValueError, match="at least 2"):
+        rank_correlation_by_row(torch.ones(3, 1), torch.ones(3, 1))

@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from multihead.analysis.probing import fit_probes, majority_accuracy, probe_heads
+from multihead.analysis.probing import (
+    fit_probes,
+    majority_accuracy,
+    position_features,
+    probe_heads,
+)
 
 
 def test_majority_accuracy():
@@ -43,3 +48,26 @@ def test_probe_shape_errors():
             torch.tensor([0, 1]),
             2,
         )
+
+
+def test_position_features_hold_only_position_and_length():
+    f = position_features(torch.tensor([2, 3]), 4)
+    assert f.shape == (1, 2, 1, 4, 4)
+    assert torch.equal(f[0, 0, 0], torch.eye(4)) and torch.equal(f[0, 1, 0], torch.eye(4))
+    g = position_features(torch.tensor([2, 3]), 4, with_length=True)
+    assert g.shape == (1, 2, 1, 4, 8)
+    assert g[0, 0, 0, :, 4:].argmax(-1).tolist() == [1] * 4  # length 2 -> index 1
+    assert g[0, 1, 0, :, 4:].argmax(-1).tolist() == [2] * 4
+    # A label that is the position itself is read perfectly from them.
+    labels = torch.arange(4).expand(40, -1)
+    out = probe_heads(position_features(torch.full((40,), 4), 4), labels, labels >= 0, 4)
+    assert out["accuracy"].item() == 1.0
+
+
+def test_position_features_bad_input():
+    with pytest.raises(ValueError, match="lengths"):
+        position_features(torch.tensor([1.5]), 4)
+    with pytest.raises(ValueError, match="lengths must lie"):
+        position_features(torch.tensor([5]), 4)
+    with pytest.raises(ValueError, match="seq_len"):
+        position_features(torch.tensor([1]), 0)

@@ -10,6 +10,7 @@ from multihead.analysis.roles import (
     assign_roles,
     confidence,
     delimiter,
+    head_roles,
     positional,
     rare_word,
     rarest_targets,
@@ -163,3 +164,31 @@ def test_bad_relation_direction_and_k(gold):
         relation_targets(gold, "nsubj", "up")
     with pytest.raises(ValueError, match="k=0"):
         rarest_targets(gold, 0)
+
+
+def test_head_roles_scores_every_criterion_and_counts_the_roles(gold):
+    layers = torch.stack(
+        [
+            torch.cat([_offset_head(gold, -1), _uniform(gold)], 1),
+            torch.cat([_offset_head(gold, 0), _uniform(gold)], 1),
+        ]
+    )  # (2, batch, 2, seq, seq)
+    out = head_roles(layers, gold)
+    assert out["confidence"].shape == (2, 2)
+    assert out["counts"] == {
+        "positional": 2, "self": 1, "syntactic": out["counts"]["syntactic"],
+        "rare-word": 0, "delimiter": 0,
+    }  # fmt: skip
+    assert ("nsubj", "head->dep") in out["syntactic"]
+    flags = torch.zeros(2, 2, dtype=bool)
+    for stats in out["syntactic"].values():
+        flags |= stats["is_role"]
+    assert torch.equal(out["syntactic_flags"], flags)
+    assert not out["syntactic_flags"][:, 1].any()  # the uniform heads follow no relation
+
+
+def test_head_roles_wants_a_stack_of_layers(gold):
+    with pytest.raises(ValueError, match="stack"):
+        head_roles(_uniform(gold), gold)
+    with pytest.raises(TypeError, match="gold"):
+        head_roles(_uniform(gold)[None], "gold")

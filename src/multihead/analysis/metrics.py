@@ -166,6 +166,23 @@ def within_group_rank_correlation(x: Tensor, y: Tensor, groups: Tensor) -> Tenso
     return (rx @ ry) / denom
 
 
+def rank_correlation_by_row(x: Tensor, y: Tensor) -> Tensor:
+    """Spearman's rank correlation of ``x`` and ``y`` within each row, e.g. over the heads of
+    each layer for ``(layers, heads)`` statistics: what is left of a correlation over all
+    heads once the differences between layers are taken out.
+
+    Shapes: x (rows, n), y (rows, n), n >= 2 -> (rows,).
+    """
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, Tensor) or t.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D tensor (rows, n), e.g. (layers, heads)")
+    if x.shape != y.shape:
+        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have the same shape")
+    if x.shape[1] < 2:
+        raise ValueError(f"each row needs at least 2 values, got {x.shape[1]}")
+    return torch.stack([rank_correlation(a, b) for a, b in zip(x, y, strict=True)])
+
+
 def js_divergence(p: Tensor, q: Tensor) -> Tensor:
     """Jensen-Shannon divergence in nats between distributions on the last dimension.
 

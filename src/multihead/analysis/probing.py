@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from multihead._checks import check_positive_int
+
 
 def majority_accuracy(train_labels: Tensor, test_labels: Tensor) -> float:
     """Accuracy on ``test_labels`` of always answering the most common training label.
@@ -111,3 +113,25 @@ def probe_heads(
         "accuracy": acc.view(layers, heads),
         "majority": majority_accuracy(labels[tr], labels[te]),
     }
+
+
+def position_features(lengths: Tensor, seq_len: int, *, with_length: bool = False) -> Tensor:
+    """Features that hold only where a token stands, for a position-only probe control: the
+    one-hot position of each token, and with ``with_length`` also the one-hot length of its
+    sentence. A probe on them reads no word; whatever it recovers is position (and length).
+    The layout is that of ``z`` with one layer and one head, so ``probe_heads`` takes it.
+
+    Shapes: lengths (batch,) ints in [1, seq_len] -> (1, batch, 1, seq_len, d) float, with
+    d = seq_len, or 2 * seq_len with the length.
+    """
+    seq_len = check_positive_int("seq_len", seq_len)
+    if not isinstance(lengths, Tensor) or lengths.is_floating_point() or lengths.ndim != 1:
+        raise ValueError("lengths must be a 1-D integer tensor of sentence lengths (batch,)")
+    if len(lengths) == 0 or lengths.min() < 1 or lengths.max() > seq_len:
+        raise ValueError(f"lengths must lie in [1, seq_len={seq_len}]; pad to the longest")
+    batch = len(lengths)
+    pos = torch.eye(seq_len)[None].expand(batch, -1, -1)  # (batch, seq, seq_len)
+    if with_length:
+        length = F.one_hot(lengths.long() - 1, seq_len).float()  # (batch, seq_len)
+        pos = torch.cat([pos, length[:, None, :].expand(-1, seq_len, -1)], dim=-1)
+    return pos[None, :, None]  # (1, batch, 1, seq, d)

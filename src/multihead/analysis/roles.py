@@ -263,3 +263,52 @@ def assign_roles(
         for h in range(heads):
             out[i][h] = next((name for flag, name in flags if flag[i, h]), "none")
     return out
+
+
+def head_roles(pattern: Tensor, gold: Gold) -> dict:
+    """Every criterion of this module for one model's stack of patterns, so that several
+    training seeds are scored the same way: ``confidence``; ``positional`` (offsets -3..3),
+    ``self`` (offset 0 only) and ``delimiter`` stats; ``rare`` and ``rare2`` (the rarest
+    word, one of the two rarest); ``syntactic`` {(relation, direction): stats} over
+    ``SYNTACTIC_RELATIONS`` and ``DIRECTIONS`` (the relations with an arc in ``gold``);
+    ``syntactic_flags`` (syntactic for any of them); and ``counts``, the number of heads
+    meeting each role criterion (ints).
+
+    Shapes: pattern (layers, batch, heads, seq, seq) -> tensors (layers, heads), floats, ints.
+    """
+    p = _check(pattern, gold)
+    if p.ndim != 5 or pattern.ndim != 5:
+        raise ValueError(
+            f"pattern must be a stack (layers, batch, heads, query, key), got "
+            f"{tuple(pattern.shape)}; add a layer dimension with pattern[None]"
+        )
+    pos = positional(p, gold)
+    syn = {}
+    for relation in SYNTACTIC_RELATIONS:
+        if relation not in gold.relations:
+            continue
+        for direction in DIRECTIONS:
+            queries = relation_targets(gold, relation, direction)[1] & gold.scored_queries()
+            if queries.any():
+                syn[(relation, direction)] = syntactic(p, gold, relation, direction)
+    flags = torch.zeros(pos["share"].shape, dtype=torch.bool)
+    for stats in syn.values():
+        flags |= stats["is_role"]
+    out = {
+        "confidence": confidence(p, gold),
+        "positional": pos,
+        "self": positional(p, gold, max_offset=0),
+        "delimiter": delimiter(p, gold),
+        "rare": rare_word(p, gold, k=1),
+        "rare2": rare_word(p, gold, k=2),
+        "syntactic": syn,
+        "syntactic_flags": flags,
+    }
+    out["counts"] = {
+        "positional": int(pos["is_role"].sum()),
+        "self": int(out["self"]["is_role"].sum()),
+        "syntactic": int(flags.sum()),
+        "rare-word": int(out["rare"]["is_role"].sum()),
+        "delimiter": int(out["delimiter"]["is_role"].sum()),
+    }
+    return out
