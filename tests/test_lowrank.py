@@ -264,6 +264,28 @@ def test_attention_cost_matches_module() -> None:
         attention_cost(32, 8, 4, 4, seq_len=0)
 
 
+def test_matched_key_size() -> None:
+    from multihead.analysis.cost import attention_cost, matched_key_size
+
+    base = attention_cost(32, 8, 4, 4, seq_len=1)["params"]  # 4224
+    assert matched_key_size(32, 8, 4, base) == 4  # the layer itself
+    for n_heads, d_value in ((8, 1), (8, 2), (4, 4), (2, 4)):
+        d_key = matched_key_size(32, n_heads, d_value, base)
+        gap = abs(attention_cost(32, n_heads, d_key, d_value, seq_len=1)["params"] - base)
+        for other in (d_key - 1, d_key + 1):  # no other key size comes closer
+            if other >= 1:
+                assert gap <= abs(attention_cost(32, n_heads, other, d_value, 1)["params"] - base)
+    assert matched_key_size(32, 8, 1, base) == 7
+    with pytest.raises(ValueError, match="params"):
+        matched_key_size(32, 8, 4, 100)
+    with pytest.raises(ValueError, match="params"):
+        matched_key_size(32, 8, 4, 0)
+    with pytest.raises(ValueError, match="n_heads"):
+        matched_key_size(32, 0, 4, base)
+    with pytest.raises(ValueError, match="d_value"):
+        matched_key_size(32, 8, -1, base)
+
+
 def test_best_fit_example_and_explorer() -> None:
     import matplotlib
 
