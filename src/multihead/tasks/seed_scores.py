@@ -1,0 +1,146 @@
+"""Several seeds of one ``EncoderModel`` on a synthetic task, trained as one batched model
+(``core.ensemble``), scored on a held-out set during and at the end of training, and kept in
+the checkpoint cache.
+
+``train_seed_scores(task, model_config, train_config, seeds, validation)`` is what a sweep
+over architectures needs at each point: K replicates of the held-out loss and accuracy, at
+the end of training and at earlier steps (``evals``), so that a verdict can be judged against
+the seed noise of the same statistic. Seed ``s`` is the model ``core.train.train`` trains
+after ``torch.manual_seed(s)`` with ``train_config.seed = s`` (equal to about 1e-5).
+
+Shapes: validation = (x (N, seq), y (N, seq)); scores (evals, K).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from multihead._checks import check_int
+from multihead.core.config import ModelConfig, TrainConfig
+from multihead.core.ensemble import stack_seeds
+from multihead.core.ensemble_train import train_seeds
+from multihead.core.model import EncoderModel
+from multihead.core.train import IGNORE, History, cached_train, token_accuracy
+
+
+@dataclass(frozen=True)
+class SeedScores:
+    """Held-out scores of K seeds: ``loss`` and ``accuracy`` (evals, K) at ``steps`` (the
+    last is the end of training); ``seconds``: wall time of the batched training run (as
+    measured when it ran, also when loaded from the cache).
+
+    Shapes: loss, accuracy (evals, K).
+    """
+
+    seeds: tuple[int, ...]
+    steps: tuple[int, ...]
+    loss: Tensor
+    accuracy: Tensor
+    seconds: float
+
+    @property
+    def final_loss(self) -> Tensor:
+        """Held-out loss at the end of training. Shapes: (K,)."""
+        return self.loss[-1]
+
+    @property
+    def final_accuracy(self) -> Tensor:
+        """Held-out accuracy at the end of training. Shapes: (K,)."""
+        return self.accuracy[-1]
+
+
+def _fingerprint(validation: tuple[Tensor, Tensor]) -> str:
+    h = hashlib.sha256()
+    for t in validation:
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _check_validation(validation: object, max_len: int) -> tuple[Tensor, Tensor]:
+    if (
+        not isinstance(validation, tuple)
+        or len(validation) != 2
+        or not all(isinstance(t, Tensor) for t in validation)
+    ):
+        raise TypeError("validation must be a tuple (x, y) of tensors, as task.sample returns")
+    x, y = validation
+    if x.ndim != 2 or x.shape != y.shape or x.shape[1] > max_len:
+        raise ValueError(
+            f"validation must be (x, y) both shaped (N, seq <= {max_len}), got "
+            f"{tuple(x.shape)} and {tuple(y.shape)}"
+        )
+    return x, y
+
+
+def train_seed_scores(
+    task: object,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    seeds: Sequence[int],
+    validation: tuple[Tensor, Tensor],
+    *,
+    evals: int = 1,
+    name: str = "seed_scores",
+    progress: bool = False,
+) -> SeedScores:
+    """Train ``EncoderModel(model_config)`` on ``task.sample`` for every seed at once and
+    score each seed on ``validation`` ``evals`` times, evenly spaced, the last at the end.
+
+    The trained ensemble and its scores are cached under ``name`` and a key made of the
+    task, both configs, the seeds and the validation data: a second call loads them.
+
+    Shapes: validation = (x (N, seq), y (N, seq)) -> SeedScores with (evals, K) scores.
+    """
+    if not callable(getattr(task, "sample", None)):
+        raise TypeError("task must have a sample(batch_size, generator) method (a tasks object)")
+    if not isinstance(model_config, ModelConfig):
+        raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    evals = check_int("evals", evals, 1, train_config.steps + 1)
+    if train_config.steps % evals:
+        raise ValueError(f"evals={evals} must divide train_config.steps={train_config.steps}")
+    x_val, y_val = _check_validation(validation, model_config.max_len)
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise TypeError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+    seeds = tuple(check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds))
+
+    ensemble = stack_seeds(lambda seed: EncoderModel(model_config), seeds)
+    cfg = replace(train_config, eval_every=train_config.steps // evals)
+
+    @torch.no_grad()
+    def evaluate(model: torch.nn.Module) -> dict:
+        dev = next(model.parameters()).device
+        x, y = x_val.to(dev), y_val.to(dev)
+        logits = model(x)  # (N, seq, classes)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+        return {"loss": loss.item(), "accuracy": token_accuracy(logits, y)}
+
+    def run() -> History:
+        histories = train_seeds(ensemble, task.sample, cfg, evaluate=evaluate, progress=progress)
+        evals_by_step = [
+            {
+                "step": h0["step"],
+                "loss": [h.evals[i]["loss"] for h in histories],
+                "accuracy": [h.evals[i]["accuracy"] for h in histories],
+            }
+            for i, h0 in enumerate(histories[0].evals)
+        ]
+        return History(evals=evals_by_step, seconds=histories[0].seconds)
+
+    key = ("seed-scores", repr(task), model_config, cfg, seeds, _fingerprint((x_val, y_val)))
+    history = cached_train(name, ensemble, key, run)
+    return SeedScores(
+        seeds=seeds,
+        steps=tuple(e["step"] for e in history.evals),
+        loss=torch.tensor([e["loss"] for e in history.evals], dtype=torch.float64),
+        accuracy=torch.tensor([e["accuracy"] for e in history.evals], dtype=torch.float64),
+        seconds=history.seconds,
+    )
