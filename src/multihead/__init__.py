@@ -30,7 +30,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_mha_from_scratch": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
         "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.glue",
-        "viz.headview", "viz.plotting", "viz.widgets", "exercises",
+        "viz.claims", "viz.headview", "viz.plotting", "viz.widgets", "exercises",
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
