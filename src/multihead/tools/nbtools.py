@@ -138,7 +138,10 @@ def run(root: Path, paths: list[Path] | None = None, fast: bool = False) -> None
             nb,
             timeout=1800,
             kernel_name="python3",
-            store_widget_state=False,
+            # nbclient 0.11 needs the widget state to capture an Output widget's output
+            # (without it, a notebook with an explorer fails with a KeyError); strip_widgets
+            # drops that state before the notebook is saved.
+            store_widget_state=True,
             resources={"metadata": {"path": path.parent}},
         ).execute()
         strip_widgets(nb)
