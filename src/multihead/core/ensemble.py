@@ -12,7 +12,10 @@ and the model's data-dependent input checks cannot run under it.) ``pick(k)`` re
 Dropout: each seed draws its masks from its own generator, in the order and shapes in which
 the model alone draws them. ``stack_seeds`` starts that generator from the state torch's
 global generator has right after the seed's model was built, which is where training alone
-goes on drawing, so on the CPU the masks are those of the alone run. Models passed to
+goes on drawing, so on the CPU the masks are those of the alone run, as long as every seed's
+batch has the length it has alone: where ``stack_batches`` pads the seeds' batches to one
+length (translation, tagging), a seed's masks have another shape than alone, so dropout
+training is equal in distribution, not draw for draw. Models passed to
 ``SeedEnsemble`` directly get a generator seeded with their seed instead (same distribution,
 other masks); on a GPU the alone run draws from the GPU's generator, so its masks differ too.
 Hook points are not passed: hooks (DropHead, gates) do not act while the ensemble trains.
