@@ -19,17 +19,9 @@ from torch import Tensor
 from multihead.analysis.diversity import pairwise_head_distances
 from multihead.analysis.metrics import entropy, rank_correlation
 from multihead.analysis.roles import Gold
-from multihead.pretrained.load import HeadMask, SentenceAttention
+from multihead.pretrained.load import HeadMask, SentenceAttention, check_maps
 
 PUNCTUATION = frozenset(string.punctuation)
-
-
-def _check_maps(maps: object) -> list[SentenceAttention]:
-    if not isinstance(maps, (list, tuple)) or not maps:
-        raise ValueError("maps must be a non-empty list from attention_maps(...)")
-    if any(not isinstance(m, SentenceAttention) for m in maps):
-        raise TypeError("maps must hold SentenceAttention records from attention_maps(...)")
-    return list(maps)
 
 
 def clark_statistics(maps: list[SentenceAttention]) -> dict[str, Tensor]:
@@ -44,7 +36,7 @@ def clark_statistics(maps: list[SentenceAttention]) -> dict[str, Tensor]:
 
     Shapes: list of SentenceAttention -> dict of (layers, heads).
     """
-    maps = _check_maps(maps)
+    maps = check_maps(maps)
     sums: dict[str, Tensor] = {}
     counts: dict[str, float] = {}
 
@@ -79,7 +71,7 @@ def word_ranks(maps: list[SentenceAttention], tokenizer) -> list[list[int]]:
 
     Shapes: n sentences -> n lists of len(words) ints.
     """
-    maps = _check_maps(maps)
+    maps = check_maps(maps)
     counts = Counter(w.lower() for m in maps for w in m.words[1:-1])
 
     def key(w: str) -> tuple[int, int, int]:
@@ -100,7 +92,7 @@ def padded_words(
 
     Shapes: -> pattern (layers, batch, heads, seq, seq), Gold tensors (batch, seq).
     """
-    maps = _check_maps(maps)
+    maps = check_maps(maps)
     seq = max(m.word_attention.shape[-1] for m in maps)
     layers, heads = maps[0].word_attention.shape[:2]
     out = torch.zeros(layers, len(maps), heads, seq, seq)
@@ -122,7 +114,7 @@ def head_distances(maps: list[SentenceAttention]) -> Tensor:
 
     Shapes: list of SentenceAttention -> (layers * heads, layers * heads).
     """
-    maps = _check_maps(maps)
+    maps = check_maps(maps)
     total, n_queries = 0, 0
     for m in maps:
         p = m.word_attention  # (layers, heads, w, w)

@@ -318,3 +318,16 @@ def sentence_embeddings(
     m = enc["attention_mask"][..., None].to(hidden.dtype)  # (n, tokens, 1)
     pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1)  # (n, hidden)
     return torch.nn.functional.normalize(pooled, dim=-1).float().cpu()
+
+
+def check_maps(maps: object) -> list[SentenceAttention]:
+    """``maps`` as a list, if it is a non-empty list of ``SentenceAttention`` records (what
+    ``attention_maps`` returns), else a clear error.
+
+    Shapes: none.
+    """
+    if not isinstance(maps, (list, tuple)) or not maps:
+        raise ValueError("maps must be a non-empty list from attention_maps(...)")
+    if any(not isinstance(m, SentenceAttention) for m in maps):
+        raise TypeError("maps must hold SentenceAttention records from attention_maps(...)")
+    return list(maps)

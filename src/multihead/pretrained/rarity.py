@@ -26,15 +26,7 @@ import torch
 from torch import Tensor
 
 from multihead.analysis.metrics import argmax_credit
-from multihead.pretrained.load import SentenceAttention
-
-
-def _check_maps(maps: object) -> list[SentenceAttention]:
-    if not isinstance(maps, (list, tuple)) or not maps:
-        raise ValueError("maps must be a non-empty list from attention_maps(...)")
-    if any(not isinstance(m, SentenceAttention) for m in maps):
-        raise TypeError("maps must hold SentenceAttention records from attention_maps(...)")
-    return list(maps)
+from multihead.pretrained.load import SentenceAttention, check_maps
 
 
 def word_zipf(maps: list[SentenceAttention], lang: str = "en") -> list[list[float]]:
@@ -44,7 +36,7 @@ def word_zipf(maps: list[SentenceAttention], lang: str = "en") -> list[list[floa
 
     Shapes: n sentences -> n lists of len(words) floats.
     """
-    maps = _check_maps(maps)
+    maps = check_maps(maps)
     if not isinstance(lang, str) or not lang:
         raise ValueError(f"lang must be a language code such as 'en', got {lang!r}")
     try:
@@ -77,7 +69,7 @@ def rare_word_targets(
 
     Shapes: n sentences -> n entries (rarest word index, list of control word indices).
     """
-    maps = _check_maps(maps)
+    maps = check_maps(maps)
     if len(zipf) != len(maps) or any(
         len(z) != len(m.words) for z, m in zip(zipf, maps, strict=True)
     ):
@@ -113,7 +105,7 @@ def token_hit_rate(
 
     Shapes: -> rate (layers, heads), floats.
     """
-    maps = _check_maps(maps)
+    maps = check_maps(maps)
     if not isinstance(targets, (list, tuple)) or len(targets) != len(maps):
         raise ValueError(f"targets must be a list of {len(maps)} entries (one per sentence)")
     hits, count, chance_sum = 0.0, 0.0, 0.0
