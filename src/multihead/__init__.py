@@ -57,15 +57,15 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "exercises", "viz.headview", "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
-        "core.config", "core.model", "core.progress", "core.runtime", "tasks.corpus",
+        "core.config", "core.model", "core.runtime", "tasks.corpus",
         "tasks.tagging", "tasks.translation", "analysis.diversity", "analysis.metrics",
-        "analysis.roles", "interventions.ablation", "viz.glue", "exercises",
+        "analysis.roles", "interventions.ablation", "viz.claims", "viz.glue", "exercises",
     ),
     "07_pruning": (
-        "core.model", "core.runtime", "core.train", "tasks.corpus", "tasks.translation",
+        "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.translation",
         "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
-        "interventions.pruning", "viz.glue", "viz.plotting", "viz.roles", "tools.timing",
-        "exercises",
+        "interventions.pruning", "viz.claims", "viz.glue", "viz.plotting", "viz.roles",
+        "tools.timing", "exercises",
     ),
     "08_drophead": (
         "core.model", "core.progress", "core.runtime", "tasks.translation", "analysis.diversity",
