@@ -320,3 +320,33 @@ def test_train_with_masks_bad_input():
     bad = [masks[0], {"encoder.layers.0.attn": torch.zeros(4)}]
     with pytest.raises(ValueError, match=r"masks\[1\].*every head"):
         train_with_masks(models, bad, _sample(data), cfg, **kw)
+
+
+def test_train_with_masks_cache_trains_once(tmp_path, monkeypatch):
+    from multihead.core.config import TrainConfig
+    from multihead.interventions import pruning
+    from multihead.tasks.translation import SEQ2SEQ_PAD, seq2seq_seed_loss
+
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    data = _data(8)
+    models = [_model(0), _model(1)]
+    masks = [full_masks(m) for m in models]
+    masks[1]["encoder.layers.0.attn"] = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    cfg = TrainConfig(steps=2, batch_size=4, lr=1e-2, warmup=0, grad_clip=0.0)
+    kw = {"loss_fn": seq2seq_seed_loss, "seeds": [3, 4], "pad": SEQ2SEQ_PAD, "cache": "t_masked"}
+    first, h1 = pruning.train_with_masks(models, masks, _sample(data), cfg, **kw)
+    assert len(list(tmp_path.glob("t_masked-*.pt"))) == 2
+    calls = []
+    real = pruning.train_seeds
+    monkeypatch.setattr(pruning, "train_seeds", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again, h2 = pruning.train_with_masks(models, masks, _sample(data), cfg, **kw)
+    assert not calls and h1[1].loss == h2[1].loss  # loaded, not retrained
+    for a, b in zip(first, again, strict=True):
+        assert all(torch.equal(t, b.state_dict()[n].cpu()) for n, t in a.state_dict().items())
+    assert torch.equal(dict(attention_modules(again[1]))["encoder.layers.0.attn"].head_mask.cpu(),
+                       masks[1]["encoder.layers.0.attn"])  # fmt: skip
+    other = [masks[0], full_masks(models[1])]  # a different mask is a different checkpoint
+    pruning.train_with_masks(models, other, _sample(data), cfg, **kw)
+    assert calls and len(list(tmp_path.glob("t_masked-*.pt"))) == 3
+    with pytest.raises(ValueError, match="cache"):
+        pruning.train_with_masks(models, masks, _sample(data), cfg, **{**kw, "cache": "a b"})

@@ -13,9 +13,11 @@ testbed, ``multihead.tasks.translation`` has ``batches``, ``per_sentence_loss``,
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -26,7 +28,7 @@ from multihead.core.config import TrainConfig
 from multihead.core.ensemble import SeedEnsemble
 from multihead.core.ensemble_train import train_seeds
 from multihead.core.hooks import hooks
-from multihead.core.train import History
+from multihead.core.train import History, cached_train, checkpoint_path
 from multihead.interventions.ablation import (
     Masks,
     attention_modules_of,
@@ -279,6 +281,7 @@ def train_with_masks(
     seeds: Sequence[int],
     pad: Sequence[int] | None = None,
     progress: bool = False,
+    cache: str | None = None,
 ) -> tuple[list[nn.Module], list[History]]:
     """Train copies of K models of one architecture, model ``k`` with the fixed head mask
     ``masks[k]`` in force, as one batched model (``core.ensemble_train.train_seeds``).
@@ -289,6 +292,12 @@ def train_with_masks(
     masks share one batched run. Model ``k`` draws its batches with ``seeds[k]``;
     ``loss_fn`` returns one loss per seed (e.g. ``tasks.translation.seq2seq_seed_loss``).
     The inputs are not changed; the returned models carry their masks as head masks.
+
+    With ``cache`` (a short name), each trained model goes to the checkpoint cache
+    (``core.train.checkpoint_path``) under a key made of its starting weights, its mask, its
+    seed, ``cfg``, the name of ``sample`` and ``loss_fn``, and this module's source; only the
+    missing ones are trained (as one batch), so a long run, such as a pruned architecture
+    trained from scratch, is paid once.
 
     Shapes: masks[k] {path: (heads,)} of 0/1 -> (K models, K histories).
     """
@@ -309,6 +318,22 @@ def train_with_masks(
             check_masks(model, mask, binary=True)
         except (TypeError, ValueError) as err:
             raise ValueError(f"masks[{k}]: {err}") from None
+    if cache is not None and (not isinstance(cache, str) or not cache.isidentifier()):
+        raise ValueError(
+            f"cache={cache!r} must be None or a short identifier such as 'ch7_scratch'"
+        )
+    if cache is not None:
+        return _cached_masked_training(
+            models,
+            masks,
+            sample,
+            cfg,
+            loss_fn=loss_fn,
+            seeds=seeds,
+            pad=pad,
+            progress=progress,
+            name=cache,
+        )
     copies = [copy.deepcopy(m).cpu() for m in models]
     with ExitStack() as stack:
         for model, mask in zip(copies, masks, strict=True):
@@ -318,3 +343,55 @@ def train_with_masks(
         ensemble, sample, cfg, loss_fn=loss_fn, pad=pad, progress=progress, desc="masked seeds"
     )
     return [ensemble.pick(k) for k in range(len(copies))], histories
+
+
+def _state_digest(model: nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _cached_masked_training(models, masks, sample, cfg, *, loss_fn, seeds, pad, progress, name):
+    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+
+    def key(k: int) -> tuple:
+        mask = tuple((n, tuple(int(v) for v in t.tolist())) for n, t in sorted(masks[k].items()))
+        what = (getattr(sample, "__qualname__", "?"), getattr(loss_fn, "__qualname__", "?"))
+        return (
+            "masked",
+            _state_digest(models[k]),
+            mask,
+            seeds[k],
+            cfg,
+            tuple(pad or ()),
+            what,
+            source,
+        )
+
+    missing = [k for k in range(len(models)) if not checkpoint_path(name, key(k)).exists()]
+    trained: dict[int, tuple[nn.Module, History]] = {}
+    if missing:
+        done, histories = train_with_masks(
+            [models[k] for k in missing],
+            [masks[k] for k in missing],
+            sample,
+            cfg,
+            loss_fn=loss_fn,
+            seeds=[seeds[k] for k in missing],
+            pad=pad,
+            progress=progress,
+        )
+        trained = {k: (m, h) for k, m, h in zip(missing, done, histories, strict=True)}
+    out, hists = [], []
+    for k, model in enumerate(models):
+        target = copy.deepcopy(model).cpu()
+
+        def copy_trained(target: nn.Module = target, k: int = k) -> History:
+            target.load_state_dict(trained[k][0].state_dict())
+            return trained[k][1]
+
+        hists.append(cached_train(name, target, key(k), copy_trained))
+        out.append(target.eval())
+    return out, hists
