@@ -34,7 +34,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "interventions.symmetry", "viz.glue", "exercises",
+        "core.train", "core.ensemble", "core.ensemble_train", "tasks.synthetic",
+        "interventions.symmetry", "viz.claims", "viz.glue", "exercises",
     ),
     "03_low_rank_bottleneck": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.progress",
