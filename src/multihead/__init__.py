@@ -39,8 +39,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "03_low_rank_bottleneck": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.progress",
-        "core.runtime", "core.train", "tasks.synthetic", "analysis.cost", "analysis.lowrank",
-        "viz.glue", "viz.widgets", "exercises",
+        "core.runtime", "core.train", "core.ensemble", "core.ensemble_train", "tasks.synthetic",
+        "analysis.cost", "analysis.lowrank", "viz.claims", "viz.glue", "viz.widgets", "exercises",
     ),
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.runtime", "core.talking_heads",
