@@ -29,6 +29,9 @@ def test_claim_rejects_bad_input(args, word):
 def test_spread():
     assert claims.spread([0.1, 0.3, 0.2]) == "0.200 (0.100 to 0.300, 3 seeds)"
     assert claims.spread([2.0], ".1f") == "2.0 (1 seed)"
+    assert claims.spread([1, 2], ".0f", unit="fold") == "2 (1 to 2, 2 folds)"
+    with pytest.raises(TypeError, match="unit"):
+        claims.spread([1, 2], unit="")
     with pytest.raises(ValueError, match="values"):
         claims.spread([])
     with pytest.raises(TypeError, match="values"):

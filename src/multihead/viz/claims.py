@@ -69,9 +69,10 @@ def claim(claim_id: str, verdict: str, evidence: str) -> None:
     print(f"claim {claim_id}: {verdict} ({evidence})")
 
 
-def spread(values: Sequence[float], fmt: str = ".3f") -> str:
+def spread(values: Sequence[float], fmt: str = ".3f", unit: str = "seed") -> str:
     """``"mean (min to max, n seeds)"`` of replicate values, e.g. ``0.312 (0.301 to 0.320,
-    5 seeds)``; one value reads ``0.312 (1 seed)``.
+    5 seeds)``; one value reads ``0.312 (1 seed)``. ``unit`` names a replicate when it is not
+    a seed (``"fold"``, ``"layer-seed pair"``); its plural adds an "s".
 
     Shapes: values (n,).
     """
@@ -91,6 +92,8 @@ def spread(values: Sequence[float], fmt: str = ".3f") -> str:
         mean = format(sum(vals) / len(vals), fmt)
     except ValueError:
         raise ValueError(f"fmt={fmt!r} is not a float format spec") from None
+    if not isinstance(unit, str) or not unit.strip():
+        raise TypeError(f"unit must be a non-empty str such as 'fold', got {unit!r}")
     if len(vals) == 1:
-        return f"{mean} (1 seed)"
-    return f"{mean} ({min(vals):{fmt}} to {max(vals):{fmt}}, {len(vals)} seeds)"
+        return f"{mean} (1 {unit})"
+    return f"{mean} ({min(vals):{fmt}} to {max(vals):{fmt}}, {len(vals)} {unit}s)"
