@@ -73,9 +73,10 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "interventions.pruning", "viz.claims", "viz.glue", "exercises",
     ),
     "09_pretrained_heads": (
-        "core.runtime", "analysis.metrics", "analysis.roles", "pretrained.analysis",
-        "pretrained.load", "pretrained.rarity", "viz.claims", "viz.glue", "viz.headview",
-        "viz.plotting", "exercises",
+        "core.runtime", "tasks.corpus", "analysis.metrics", "analysis.roles", "analysis.sinks",
+        "pretrained.analysis", "pretrained.load", "pretrained.rarity", "pretrained.sinks",
+        "pretrained.syntax", "viz.claims", "viz.glue", "viz.headview", "viz.plotting",
+        "exercises",
     ),
 }  # fmt: skip
 
