@@ -8,6 +8,8 @@ from multihead.core.model import EncoderDecoder
 from multihead.interventions.ablation import head_masks
 from multihead.interventions.relevance import (
     BIASES,
+    conservation,
+    encoder_decoder_cuts,
     head_relevance,
     lrp_rules,
     relevance,
@@ -55,13 +57,6 @@ def _run(model, batch, eps=0.0, capture=()):
     return relevance(model, batch, run_batch, _explained, eps=eps, capture=capture)
 
 
-def _downstream_of_encoder_layer(name: str, layer: int) -> bool:
-    """Is the bias or stabiliser ``name`` above the cut after encoder layer ``layer``?"""
-    if name.startswith("encoder.layers."):
-        return int(name.split(".")[2]) > layer
-    return not name.startswith("encoder.embed") and not name.startswith("encoder.pos")
-
-
 def test_rules_leave_the_forward_values_unchanged():
     model, batch = _model(), _batch()
     with torch.no_grad():
@@ -75,21 +70,23 @@ def test_rules_leave_the_forward_values_unchanged():
 @pytest.mark.parametrize("eps", [0.0, 0.05])
 def test_relevance_is_conserved_over_every_cut(norm, eps):
     model, batch = _model(norm=norm), _batch()
-    cuts = [f"encoder.layers.{i}" for i in range(2)]
-    r = _run(model, batch, eps=eps, capture=INPUTS + cuts + ["head"])
+    cuts = encoder_decoder_cuts(model)
+    assert list(cuts) == ["embeddings", "after encoder layer 0", "after encoder layer 1", "logits"]
+    capture = sorted({p for paths, _ in cuts.values() for p in paths})
+    r = _run(model, batch, eps=eps, capture=capture)
     f = r.output
-    assert r.at["head"].sum().item() == pytest.approx(f, rel=1e-10)  # the logits explain f
-    # The inputs: everything else went to biases and stabilisers.
-    total_in = sum(r.at[p].sum().item() for p in INPUTS)
-    other = sum(r.bias.values()) + sum(r.absorbed.values())
-    assert total_in + other == pytest.approx(f, rel=1e-10)
+    balance = conservation(r, cuts)
+    for on, above in balance.values():
+        assert on + above == pytest.approx(f, rel=1e-10)
+    assert balance["logits"] == (pytest.approx(f, rel=1e-10), 0)  # the logits explain f
+    # At the inputs, everything else went to the biases and stabilisers.
+    taken = sum(r.bias.values()) + sum(r.absorbed.values())
+    assert balance["embeddings"][1] == pytest.approx(taken)
     assert (sum(r.absorbed.values()) != 0) == (eps > 0)
-    # The cut after encoder layer l: the encoder stream there and the decoder's inputs.
-    for layer, cut in enumerate(cuts):
-        at_cut = r.at[cut].sum().item() + sum(r.at[p].sum().item() for p in INPUTS[2:])
-        above = sum(v for n, v in {**r.bias, **r.absorbed}.items()
-                    if _downstream_of_encoder_layer(n, layer))  # fmt: skip
-        assert at_cut + above == pytest.approx(f, rel=1e-10)
+    # Layer to layer: the cut below has less, by what encoder layer 1 takes.
+    layer1 = sum(v for n, v in {**r.bias, **r.absorbed}.items() if n.startswith("encoder.layers.1"))
+    on0, on1 = balance["after encoder layer 0"][0], balance["after encoder layer 1"][0]
+    assert on1 - on0 == pytest.approx(layer1, rel=1e-8, abs=1e-10)
 
 
 def test_without_biases_and_epsilon_relevance_is_exactly_conserved():
@@ -192,5 +189,11 @@ def test_bad_input_is_rejected_with_the_argument_named():
         top_logits(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="batches"):
         head_relevance(model, [], run_batch, _explained)
+    with pytest.raises(TypeError, match="EncoderDecoder"):
+        encoder_decoder_cuts(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="Relevance"):
+        conservation({}, encoder_decoder_cuts(model))
+    with pytest.raises(ValueError, match="capture"):
+        conservation(_run(model, batch), encoder_decoder_cuts(model))
     with pytest.raises(TypeError, match="normalize"):
         head_relevance(model, [batch], run_batch, _explained, normalize=1)

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from multihead._checks import check_callable, check_number
 from multihead.core.attention import MultiHeadAttention
 from multihead.core.hooks import hooks
-from multihead.core.model import FeedForward
+from multihead.core.model import EncoderDecoder, FeedForward
 from multihead.interventions.ablation import attention_modules_of
 
 Batch = tuple[Tensor, ...]
@@ -111,7 +111,7 @@ def lrp_rules(model: nn.Module, eps: float = 0.0) -> Iterator[list[tuple[str, Te
     names = {m: path for path, m in model.named_modules()}
 
     def replace(rule):
-        return lambda module, args, output: rule(module, args[0], output)
+        return lambda module, args, output: rule(module, args[0] if args else None, output)
 
     rules = {
         nn.LayerNorm: lambda m, x, out: _layer_norm(m, x),
@@ -260,3 +260,56 @@ def head_relevance(
     if normalize:
         scores = {name: s / s.abs().sum().clamp_min(1e-20) for name, s in scores.items()}
     return scores
+
+
+Cut = tuple[list[str], Callable[[str], bool]]
+
+
+def encoder_decoder_cuts(model: EncoderDecoder) -> dict[str, Cut]:
+    """Cuts of an encoder-decoder, for checking the conservation of relevance: the four
+    embedding outputs; after encoder layer ``l``, the encoder's stream there with the
+    decoder's embeddings; and the logits. Each cut is (the module paths whose outputs form
+    it, a test of whether a bias or stabiliser, by its name in ``Relevance``, lies above it).
+
+    Shapes: none.
+    """
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"model must be an EncoderDecoder, got {type(model).__name__}")
+    decoder = ["decoder.embed", "decoder.pos"]
+    cuts: dict[str, Cut] = {
+        "embeddings": (["encoder.embed", "encoder.pos", *decoder], lambda name: True)
+    }
+
+    def above_layer(layer: int) -> Callable[[str], bool]:
+        def above(name: str) -> bool:
+            if name.startswith("encoder.layers."):
+                return int(name.split(".")[2]) > layer
+            return True  # the final encoder norm, the decoder and the read-out
+
+        return above
+
+    for i in range(len(model.encoder.layers)):
+        cuts[f"after encoder layer {i}"] = ([f"encoder.layers.{i}", *decoder], above_layer(i))
+    cuts["logits"] = (["head"], lambda name: False)  # the read-out's bias lies below its output
+    return cuts
+
+
+def conservation(r: Relevance, cuts: dict[str, Cut]) -> dict[str, tuple[float, float]]:
+    """For each cut: (the relevance on it, the relevance that the biases and stabilisers
+    above it take). By the conservation proposition the two add up to ``r.output``.
+
+    The modules of every cut must have been captured by ``relevance``.
+
+    Shapes: none.
+    """
+    if not isinstance(r, Relevance):
+        raise TypeError(f"r must be a Relevance (from relevance()), got {type(r).__name__}")
+    taken = {**r.bias, **r.absorbed}
+    out = {}
+    for name, (paths, above) in cuts.items():
+        missing = [p for p in paths if p not in r.at]
+        if missing:
+            raise ValueError(f"cut {name!r} needs {missing}; pass them to relevance(capture=...)")
+        on = sum(float(r.at[p].sum()) for p in paths)
+        out[name] = (on, sum(v for n, v in taken.items() if above(n)))
+    return out
