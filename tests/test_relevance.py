@@ -106,21 +106,12 @@ def test_without_biases_and_epsilon_relevance_is_exactly_conserved():
 def test_plain_gradient_times_input_is_not_conserved():
     """The rules matter: without them gradient x input over the inputs misses f."""
     model, batch = _model(), _batch()
-    seen = {}
-    handles = [
-        model.get_submodule(p).register_forward_hook(
-            lambda m, a, out, p=p: seen.__setitem__(p, out)
-        )
-        for p in INPUTS
-    ]
-    values = _explained(run_batch(model, batch), batch)
-    for h in handles:
-        h.remove()
-    biases = [p for n, p in model.named_parameters() if n.rpartition(".")[2] in BIASES]
-    leaves = [seen[p] for p in INPUTS] + biases
-    grads = torch.autograd.grad(values.sum(), leaves)
-    total = sum((x * g).sum().item() for x, g in zip(leaves, grads, strict=True))
-    assert abs(total - values.sum().item()) > 1e-3 * abs(values.sum().item())
+    cuts = encoder_decoder_cuts(model)
+    capture = sorted({p for paths, _ in cuts.values() for p in paths})
+    plain = relevance(model, batch, run_batch, _explained, capture=capture, rules=False)
+    assert plain.absorbed == {}
+    on, above = conservation(plain, cuts)["embeddings"]
+    assert abs(on + above - plain.output) > 1e-3 * abs(plain.output)
 
 
 def test_head_relevance_sums_heads_and_normalises():
@@ -195,5 +186,7 @@ def test_bad_input_is_rejected_with_the_argument_named():
         conservation({}, encoder_decoder_cuts(model))
     with pytest.raises(ValueError, match="capture"):
         conservation(_run(model, batch), encoder_decoder_cuts(model))
+    with pytest.raises(TypeError, match="rules"):
+        relevance(model, batch, run_batch, _explained, rules="no")
     with pytest.raises(TypeError, match="normalize"):
         head_relevance(model, [batch], run_batch, _explained, normalize=1)

@@ -162,19 +162,23 @@ def relevance(
     *,
     eps: float = 0.0,
     capture: Sequence[str] = (),
+    rules: bool = True,
 ) -> Relevance:
     """LRP of the values ``explained(forward(model, batch), batch)`` (summed) down to the
     outputs of the modules at ``capture`` (module paths, e.g. ``"encoder.layers.0"`` or
     ``"encoder.layers.0.attn.z"``).
 
     A captured module must run once per forward. The model is put in eval mode for the call
-    and restored afterwards; its weights do not change.
+    and restored afterwards; its weights do not change. ``rules=False`` leaves the rules out:
+    plain gradient times input, which does not conserve relevance (for comparison).
 
     Shapes: explained -> (n,); -> Relevance.
     """
     attention_modules_of(model)
     check_callable("forward", forward, "forward(model, batch) -> output")
     check_callable("explained", explained, "explained(output, batch) -> (n,) values")
+    if not isinstance(rules, bool):
+        raise TypeError(f"rules must be a bool, got {type(rules).__name__}")
     if isinstance(capture, str) or not all(isinstance(p, str) for p in capture):
         raise TypeError("capture must be a sequence of module paths (strings)")
     known = dict(model.named_modules())
@@ -195,7 +199,7 @@ def relevance(
 
     try:
         with ExitStack() as stack, torch.enable_grad():
-            leaves = stack.enter_context(lrp_rules(model, eps))
+            leaves = stack.enter_context(lrp_rules(model, eps)) if rules else []
             for path in capture:  # after the rules, so that the rules' outputs are captured
                 stack.callback(known[path].register_forward_hook(keep(path)).remove)
             values = explained(forward(model, batch), batch)
