@@ -53,8 +53,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
-        "analysis.probing", "analysis.roles", "interventions.ablation", "viz.claims", "viz.glue",
-        "exercises", "viz.headview", "viz.plotting", "viz.roles", "viz.widgets",
+        "analysis.probing", "analysis.roles", "interventions.ablation", "interventions.pruning",
+        "interventions.relevance", "viz.claims", "viz.glue", "exercises", "viz.headview",
+        "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
         "core.config", "core.model", "core.runtime", "tasks.corpus",

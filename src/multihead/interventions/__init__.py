@@ -1,1 +1,2 @@
-"""Changing what heads do: masks and ablation, importance, pruning, gates, DropHead, symmetry."""
+"""Changing what heads do: masks and ablation, importance and relevance (LRP), pruning, gates,
+DropHead, symmetry."""
