@@ -60,7 +60,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "06_head_diversity": (
         "core.config", "core.model", "core.runtime", "tasks.corpus",
         "tasks.tagging", "tasks.translation", "analysis.diversity", "analysis.metrics",
-        "analysis.roles", "interventions.ablation", "viz.claims", "viz.glue", "exercises",
+        "analysis.roles", "interventions.ablation", "interventions.gradients", "viz.claims",
+        "viz.glue", "exercises",
     ),
     "07_pruning": (
         "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.translation",
