@@ -64,10 +64,10 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "viz.glue", "exercises",
     ),
     "07_pruning": (
-        "core.model", "core.runtime", "core.train", "tasks.corpus", "tasks.translation",
+        "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.translation",
         "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
-        "interventions.pruning", "viz.glue", "viz.plotting", "viz.roles", "tools.timing",
-        "exercises",
+        "interventions.pruning", "viz.claims", "viz.glue", "viz.plotting", "viz.roles",
+        "tools.timing", "exercises",
     ),
     "08_drophead": (
         "core.model", "core.progress", "core.runtime", "tasks.translation", "analysis.diversity",
