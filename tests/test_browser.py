@@ -14,10 +14,8 @@ Skips, saying what is missing, where chromium, chromedriver or selenium are not 
 
 import functools
 import http.server
-import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -140,13 +138,14 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """Serve a folder on 127.0.0.1; the editions are built into it on demand."""
-    folder = tmp_path_factory.mktemp("editions")
+def site(editions):
+    """Serve the editions' folder on 127.0.0.1; all three start building at once."""
+    editions.start(*EDITIONS)
+    folder = editions.folder
     handler = functools.partial(_Quiet, directory=str(folder))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    yield editions, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
 
@@ -169,15 +168,6 @@ def browser():
     driver.set_page_load_timeout(90)
     yield driver
     driver.quit()
-
-
-def _build(folder: Path, edition: str) -> Path:
-    out = folder / edition
-    env = {**os.environ, "MULTIHEAD_EDITION": edition}
-    cmd = ["jupyter-book", "build", str(ROOT), "-W", "-n", "--keep-going", "--path-output"]
-    result = subprocess.run(cmd + [str(out)], capture_output=True, text=True, timeout=900, env=env)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    return out / "_build" / "html"
 
 
 def _open(driver, url: str) -> dict:
@@ -240,8 +230,8 @@ def _check_viewers(driver, prefix: str) -> None:
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_rendered_pages(edition, site, browser):
     start = time.perf_counter()
-    folder, base = site
-    html = _build(folder, edition)
+    editions, base = site
+    html = editions.html(edition)
     prefix = f"{base}/{edition}/_build/html"
     pages = sorted(
         str(p.relative_to(html))
