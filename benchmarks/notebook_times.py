@@ -5,6 +5,7 @@ Run from the repository root:
     python benchmarks/notebook_times.py                  # both modes, every notebook
     python benchmarks/notebook_times.py --modes fast     # fast mode only
     python benchmarks/notebook_times.py 05 06            # the notebooks named
+    python benchmarks/notebook_times.py --committed      # read the committed outputs' times
 
 Each mode runs the notebooks in order, as a student would, in a copy (the committed
 outputs are not touched), with a fresh checkpoint cache for the mode: notebook 5 trains the
@@ -13,6 +14,11 @@ translation model that notebooks 6 and 7 then load. Times go to
 thread count, or a GPU's name), so runs from a CPU and from a GPU machine add up to one
 table, and the table the teaching guide shows (``book/_generated/notebook_times.md``) is
 rewritten from that file. Nothing is asserted: times depend on the machine.
+
+``--committed`` runs nothing: it reads how long the committed full-mode outputs took from the
+cell timestamps Jupyter stores with them (first cell started to last cell finished). That run
+is not controlled: it may have found checkpoints in the cache or shared the cores with other
+work, and the table says so.
 """
 
 from __future__ import annotations
@@ -59,13 +65,40 @@ def run_notebook(path: Path, workdir: Path) -> float:
     return time.perf_counter() - start
 
 
+def committed_seconds(path: Path) -> float | None:
+    """Wall time of the notebook's committed run, from its cells' execution timestamps
+    (None when a code cell has none, e.g. outputs written by hand or cleared)."""
+    from datetime import datetime
+
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    stamps = [c.metadata.get("execution", {}) for c in nb.cells if c.cell_type == "code"]
+    if not stamps or not all("iopub.status.busy" in t and "iopub.status.idle" in t for t in stamps):
+        return None
+
+    def when(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    start = min(when(t["iopub.status.busy"]) for t in stamps)
+    end = max(when(t["iopub.status.idle"]) for t in stamps)
+    return (end - start).total_seconds()
+
+
+COMMITTED = "committed outputs"
+
+
 def render(results: dict) -> str:
     """The markdown table: one row per notebook, a fast and a full column per machine."""
-    machines = sorted(results)
+    machines = sorted(m for m in results if m != COMMITTED)
+    committed = results.get(COMMITTED, {})
     names = sorted(
         {nb for m in machines for mode in ("fast", "full") for nb in results[m].get(mode, {})}
+        | set(committed.get("full", {}))
     )
     head = ["notebook"] + [f"{mode} mode, {m}" for m in machines for mode in ("fast", "full")]
+    if committed:
+        head.append(f"full mode, the committed outputs ({committed.get('machine', '?')})")
     rows = [
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -76,14 +109,28 @@ def render(results: dict) -> str:
             for mode in ("fast", "full"):
                 seconds = results[m].get(mode, {}).get(name)
                 cells.append("not measured" if seconds is None else _duration(seconds))
+        if committed:
+            seconds = committed.get("full", {}).get(name)
+            cells.append("no timestamps" if seconds is None else _duration(seconds))
         rows.append("| " + " | ".join(cells) + " |")
     dates = ", ".join(f"{m}: {results[m].get('date', '?')}" for m in machines)
+    note = (
+        f"\n\nMeasured with `python benchmarks/notebook_times.py` ({dates}); each mode runs the "
+        "notebooks in order with a fresh checkpoint cache, so notebooks 6 and 7 load the model "
+        "notebook 5 trained."
+    )
+    if committed:
+        note += (
+            " The last column is read from the cell timestamps of the outputs in the repository "
+            f"(`--committed`, {committed.get('date', '?')}): that run was not controlled. It may "
+            "have loaded models an earlier run had cached, and it often shared the two cores "
+            "with another notebook."
+        )
     return (
         "<!-- written by benchmarks/notebook_times.py; do not edit -->\n"
         + "\n".join(rows)
-        + f"\n\nMeasured with `python benchmarks/notebook_times.py` ({dates}); each mode runs the "
-        "notebooks in order with a fresh checkpoint cache, so notebooks 6 and 7 load the model "
-        "notebook 5 trained.\n"
+        + note
+        + "\n"
     )
 
 
@@ -95,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", help="notebook numbers (default: all)")
     parser.add_argument("--modes", nargs="+", choices=["fast", "full"], default=["fast", "full"])
+    parser.add_argument(
+        "--committed",
+        action="store_true",
+        help="read the committed outputs' cell timestamps instead of running",
+    )
     args = parser.parse_args(argv)
     paths = sorted((ROOT / "notebooks").glob("*.ipynb"))
     if args.notebooks:
@@ -103,6 +155,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no notebook matches {args.notebooks}")
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     label = machine_label()
+    if args.committed:
+        entry = results.setdefault(COMMITTED, {})
+        entry["machine"], entry["date"] = label, time.strftime("%Y-%m-%d")
+        for path in paths:
+            seconds = committed_seconds(path)
+            if seconds is not None:
+                entry.setdefault("full", {})[path.stem] = round(seconds, 1)
+            print(
+                f"{COMMITTED} | {path.stem}: "
+                f"{'no timestamps' if seconds is None else _duration(seconds)}"
+            )
+        return _write(results)
     entry = results.setdefault(label, {})
     os.environ["MULTIHEAD_PROGRESS"] = "off"
     os.environ.setdefault("MPLBACKEND", "Agg")
@@ -118,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(cache, ignore_errors=True)
     entry["date"] = time.strftime("%Y-%m-%d")
+    return _write(results)
+
+
+def _write(results: dict) -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     TABLE.parent.mkdir(parents=True, exist_ok=True)
