@@ -44,8 +44,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.runtime", "core.talking_heads",
-        "tasks.seed_scores", "tasks.synthetic", "analysis.lowrank", "analysis.patternfit",
-        "analysis.replicates", "viz.claims", "viz.glue", "exercises",
+        "tasks.classification", "tasks.seed_scores", "tasks.synthetic", "analysis.lowrank",
+        "analysis.patternfit", "analysis.probing", "analysis.replicates", "viz.claims", "viz.glue",
+        "exercises",
     ),
     "04b_transformer_primer": (
         "core.config", "core.hooks", "core.model", "core.positions", "core.runtime",
