@@ -54,6 +54,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
+        "tasks.coreference", "analysis.coreference", "analysis.replicates",
         "analysis.probing", "analysis.roles", "interventions.ablation", "interventions.pruning",
         "interventions.relevance", "viz.claims", "viz.glue", "exercises", "viz.headview",
         "viz.plotting", "viz.roles", "viz.widgets",
@@ -79,7 +80,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "core.runtime", "tasks.corpus", "analysis.metrics", "analysis.roles", "analysis.sinks",
         "pretrained.analysis", "pretrained.load", "pretrained.rarity", "pretrained.sinks",
         "pretrained.syntax", "viz.claims", "viz.glue", "viz.headview", "viz.plotting",
-        "exercises",
+        "tasks.coreference", "analysis.coreference", "analysis.replicates",
+        "pretrained.coreference", "exercises",
     ),
 }  # fmt: skip
 
