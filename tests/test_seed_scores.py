@@ -6,7 +6,7 @@ import torch
 from multihead import ModelConfig, TrainConfig
 from multihead.core.model import EncoderModel
 from multihead.core.train import token_loss, train
-from multihead.tasks.seed_scores import train_seed_scores
+from multihead.tasks.seed_scores import SeedScores, train_seed_scores
 from multihead.tasks.synthetic import LookupTask
 
 TASK = LookupTask(vocab_size=4, seq_len=6, offsets=(1, 2))
@@ -52,3 +52,20 @@ def test_bad_input_names_the_argument(kwargs, error, match):
     evals = args.pop("evals", 1)
     with pytest.raises(error, match=match):
         train_seed_scores(**args, evals=evals)
+
+
+def test_at_reads_one_scored_step_and_names_a_missing_one():
+    scores = SeedScores(
+        seeds=(0, 1),
+        steps=(5, 10),
+        loss=torch.tensor([[0.9, 0.8], [0.5, 0.4]]),
+        accuracy=torch.tensor([[0.1, 0.2], [0.6, 0.7]]),
+        seconds=1.0,
+    )
+    loss, acc = scores.at(5)
+    assert torch.equal(loss, torch.tensor([0.9, 0.8])) and torch.equal(
+        acc, torch.tensor([0.1, 0.2])
+    )
+    assert torch.equal(scores.at(10)[0], scores.final_loss)
+    with pytest.raises(ValueError, match="step=7"):
+        scores.at(7)

@@ -40,6 +40,7 @@ from multihead.core.ensemble_train import seed_cross_entropy, train_seeds
 from multihead.core.model import EncoderModel
 from multihead.core.train import History, cached_train
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
+from multihead.tasks.seed_scores import SeedScores
 from multihead.tasks.translation import PAD_ID, encode
 
 LABELS = ("object in the relative clause", "object in the main clause")
@@ -182,42 +183,6 @@ def classification_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) 
 CLASSIFICATION_PAD = (PAD_ID, None)  # the seeds' src batches are padded; labels have no seq
 
 
-@dataclass(frozen=True)
-class ClassifierScores:
-    """Held-out loss and accuracy of K seeds at ``steps`` (the last is the end of training),
-    and the wall time of the batched run (as measured when it ran, also when loaded from the
-    cache).
-
-    Shapes: loss, accuracy (evals, K).
-    """
-
-    seeds: tuple[int, ...]
-    steps: tuple[int, ...]
-    loss: Tensor
-    accuracy: Tensor
-    seconds: float
-
-    @property
-    def final_loss(self) -> Tensor:
-        """Held-out loss at the end of training. Shapes: (K,)."""
-        return self.loss[-1]
-
-    @property
-    def final_accuracy(self) -> Tensor:
-        """Held-out accuracy at the end of training. Shapes: (K,)."""
-        return self.accuracy[-1]
-
-    def at(self, step: int) -> tuple[Tensor, Tensor]:
-        """Held-out loss and accuracy at training step ``step`` (one of ``steps``).
-
-        Shapes: -> loss (K,), accuracy (K,).
-        """
-        if step not in self.steps:
-            raise ValueError(f"step={step!r} was not scored; the scored steps are {self.steps}")
-        i = self.steps.index(step)
-        return self.loss[i], self.accuracy[i]
-
-
 @torch.no_grad()
 def classifier_scores(model: EncoderModel, data: ClassificationData) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of ``model`` on ``data``.
@@ -243,7 +208,7 @@ def train_classifiers(
     evals: int = 1,
     name: str = "classifier",
     progress: bool = False,
-) -> ClassifierScores:
+) -> SeedScores:
     """Train ``EncoderModel(cfg)`` for every seed at once (one batched model; seed ``s``
     starts from ``torch.manual_seed(s)`` and draws its own batches) and score each seed on
     ``valid_data`` ``evals`` times, evenly spaced, the last at the end. Seed ``s``'s first
@@ -306,7 +271,7 @@ def train_classifiers(
     key = ("classifier", sizes, corpus.seed, corpus.config, data_key, cfg, run_cfg, seeds)
     key += (_source_digest(),)  # this module is not among core.train's TRAINING_MODULES
     history = cached_train(name, ensemble, key, run)
-    return ClassifierScores(
+    return SeedScores(
         seeds=seeds,
         steps=tuple(e["step"] for e in history.evals),
         loss=torch.tensor([e["loss"] for e in history.evals], dtype=torch.float64),

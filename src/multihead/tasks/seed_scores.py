@@ -54,6 +54,16 @@ class SeedScores:
         """Held-out accuracy at the end of training. Shapes: (K,)."""
         return self.accuracy[-1]
 
+    def at(self, step: int) -> tuple[Tensor, Tensor]:
+        """Held-out loss and accuracy at training step ``step`` (one of ``steps``).
+
+        Shapes: -> loss (K,), accuracy (K,).
+        """
+        if step not in self.steps:
+            raise ValueError(f"step={step!r} was not scored; the scored steps are {self.steps}")
+        i = self.steps.index(step)
+        return self.loss[i], self.accuracy[i]
+
 
 def _fingerprint(validation: tuple[Tensor, Tensor]) -> str:
     h = hashlib.sha256()
