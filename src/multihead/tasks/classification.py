@@ -40,7 +40,7 @@ from multihead.core.ensemble_train import seed_cross_entropy, train_seeds
 from multihead.core.model import EncoderModel
 from multihead.core.train import History, cached_train
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
-from multihead.tasks.seed_scores import SeedScores
+from multihead.tasks.seed_scores import SeedScores, seed_history
 from multihead.tasks.translation import PAD_ID, encode
 
 LABELS = ("object in the relative clause", "object in the main clause")
@@ -246,24 +246,18 @@ def train_classifiers(
         return {"loss": loss, "accuracy": accuracy}
 
     def run() -> History:
-        histories = train_seeds(
-            ensemble,
-            classification_sampler(train_data),
-            run_cfg,
-            loss_fn=classification_seed_loss,
-            pad=CLASSIFICATION_PAD,
-            evaluate=evaluate,
-            progress=progress,
-            desc=f"classifiers {cfg.n_heads} heads {cfg.attention} ({len(seeds)} seeds)",
+        return seed_history(
+            train_seeds(
+                ensemble,
+                classification_sampler(train_data),
+                run_cfg,
+                loss_fn=classification_seed_loss,
+                pad=CLASSIFICATION_PAD,
+                evaluate=evaluate,
+                progress=progress,
+                desc=f"classifiers {cfg.n_heads} heads {cfg.attention} ({len(seeds)} seeds)",
+            )
         )
-        by_step = [
-            {
-                "step": e["step"],
-                **{k: [h.evals[i][k] for h in histories] for k in ("loss", "accuracy")},
-            }
-            for i, e in enumerate(histories[0].evals)
-        ]
-        return History(evals=by_step, seconds=histories[0].seconds)
 
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
     data_key = (tuple(train_data.src.shape), int(train_data.labels.sum()))
@@ -271,13 +265,7 @@ def train_classifiers(
     key = ("classifier", sizes, corpus.seed, corpus.config, data_key, cfg, run_cfg, seeds)
     key += (_source_digest(),)  # this module is not among core.train's TRAINING_MODULES
     history = cached_train(name, ensemble, key, run)
-    return SeedScores(
-        seeds=seeds,
-        steps=tuple(e["step"] for e in history.evals),
-        loss=torch.tensor([e["loss"] for e in history.evals], dtype=torch.float64),
-        accuracy=torch.tensor([e["accuracy"] for e in history.evals], dtype=torch.float64),
-        seconds=history.seconds,
-    )
+    return SeedScores.from_history(seeds, history)
 
 
 def _source_digest() -> str:

@@ -54,6 +54,21 @@ class SeedScores:
         """Held-out accuracy at the end of training. Shapes: (K,)."""
         return self.accuracy[-1]
 
+    @classmethod
+    def from_history(cls, seeds: tuple[int, ...], history: History) -> SeedScores:
+        """The scores of a batched run whose ``history.evals`` hold, at each scored step, a
+        list over seeds of ``loss`` and ``accuracy`` (as ``seed_history`` builds them).
+
+        Shapes: -> loss, accuracy (evals, K).
+        """
+        return cls(
+            seeds=seeds,
+            steps=tuple(e["step"] for e in history.evals),
+            loss=torch.tensor([e["loss"] for e in history.evals], dtype=torch.float64),
+            accuracy=torch.tensor([e["accuracy"] for e in history.evals], dtype=torch.float64),
+            seconds=history.seconds,
+        )
+
     def at(self, step: int) -> tuple[Tensor, Tensor]:
         """Held-out loss and accuracy at training step ``step`` (one of ``steps``).
 
@@ -63,6 +78,19 @@ class SeedScores:
             raise ValueError(f"step={step!r} was not scored; the scored steps are {self.steps}")
         i = self.steps.index(step)
         return self.loss[i], self.accuracy[i]
+
+
+def seed_history(histories: list[History]) -> History:
+    """One History for K seeds trained together: at each scored step, the ``loss`` and
+    ``accuracy`` of every seed as lists (seed order), and the batched run's wall time.
+
+    Shapes: K histories with the same scored steps -> one History.
+    """
+    evals = [
+        {"step": e["step"], **{k: [h.evals[i][k] for h in histories] for k in ("loss", "accuracy")}}
+        for i, e in enumerate(histories[0].evals)
+    ]
+    return History(evals=evals, seconds=histories[0].seconds)
 
 
 def _fingerprint(validation: tuple[Tensor, Tensor]) -> str:
@@ -134,23 +162,10 @@ def train_seed_scores(
         return {"loss": loss.item(), "accuracy": token_accuracy(logits, y)}
 
     def run() -> History:
-        histories = train_seeds(ensemble, task.sample, cfg, evaluate=evaluate, progress=progress)
-        evals_by_step = [
-            {
-                "step": h0["step"],
-                "loss": [h.evals[i]["loss"] for h in histories],
-                "accuracy": [h.evals[i]["accuracy"] for h in histories],
-            }
-            for i, h0 in enumerate(histories[0].evals)
-        ]
-        return History(evals=evals_by_step, seconds=histories[0].seconds)
+        return seed_history(
+            train_seeds(ensemble, task.sample, cfg, evaluate=evaluate, progress=progress)
+        )
 
     key = ("seed-scores", repr(task), model_config, cfg, seeds, _fingerprint((x_val, y_val)))
     history = cached_train(name, ensemble, key, run)
-    return SeedScores(
-        seeds=seeds,
-        steps=tuple(e["step"] for e in history.evals),
-        loss=torch.tensor([e["loss"] for e in history.evals], dtype=torch.float64),
-        accuracy=torch.tensor([e["accuracy"] for e in history.evals], dtype=torch.float64),
-        seconds=history.seconds,
-    )
+    return SeedScores.from_history(seeds, history)
