@@ -1,7 +1,10 @@
 """Test-suite settings: fast mode, a private checkpoint cache, a non-interactive backend,
-no progress bars.
+no progress bars; and how the tests are shared between pytest-xdist's workers.
 
-They are set before any notebook kernel starts, so nbval's kernels inherit them.
+The settings are made before any notebook kernel starts, so nbval's kernels inherit them.
+The controlling process loads this file first, so its workers share one checkpoint cache.
+Each worker (``-n``, in ``pyproject.toml``) runs one torch thread: the models are small, so
+two one-thread workers on two cores get more done than one worker with two threads.
 """
 
 import os
@@ -11,15 +14,27 @@ os.environ["MULTIHEAD_FAST"] = "1"
 os.environ.setdefault("MULTIHEAD_CACHE_DIR", tempfile.mkdtemp(prefix="multihead-cache-"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("MULTIHEAD_PROGRESS", "off")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 import pytest  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
-    """Every notebook (nbval) is slow: ``pytest -m "not slow"`` is the quick unit-test tier."""
+    """Every notebook (nbval) is slow: ``pytest -m "not slow"`` is the quick unit-test tier.
+
+    Groups for ``--dist loadgroup``: a notebook's cells run in order in one kernel, so each
+    notebook is one group; the tests that use the built book (``editions``) are another, so
+    it is built once. Every other test goes to whichever worker is free.
+    """
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+        elif "editions" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("book"))
 
 
 class _Editions:

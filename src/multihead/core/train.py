@@ -197,7 +197,7 @@ def cached_train(name: str, model: nn.Module, key: object, train_fn: Callable[[]
     history = train_fn()
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.cpu() for k, v in model.state_dict().items()}
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # workers may train the same model at once
     torch.save({"state": state, "history": asdict(history)}, tmp)
     tmp.replace(path)
     json.dumps(asdict(history))  # fail early if a history is not plain data
