@@ -1,10 +1,9 @@
 """Test-suite settings: fast mode, a private checkpoint cache, a non-interactive backend,
-no progress bars; and how the tests are shared between pytest-xdist's workers.
+no progress bars; and the built book, shared by the tests that need it.
 
 The settings are made before any notebook kernel starts, so nbval's kernels inherit them.
-The controlling process loads this file first, so its workers share one checkpoint cache.
-Each worker (``-n``, in ``pyproject.toml``) runs one torch thread: the models are small, so
-two one-thread workers on two cores get more done than one worker with two threads.
+The controlling process loads this file first, so pytest-xdist's workers share one checkpoint
+cache. How the tests are shared between the workers is in the top-level ``conftest.py``.
 """
 
 import os
@@ -14,27 +13,8 @@ os.environ["MULTIHEAD_FAST"] = "1"
 os.environ.setdefault("MULTIHEAD_CACHE_DIR", tempfile.mkdtemp(prefix="multihead-cache-"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("MULTIHEAD_PROGRESS", "off")
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
 
 import pytest  # noqa: E402
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items):
-    """Every notebook (nbval) is slow: ``pytest -m "not slow"`` is the quick unit-test tier.
-
-    Groups for ``--dist loadgroup``: a notebook's cells run in order in one kernel, so each
-    notebook is one group; the tests that use the built book (``editions``) are another, so
-    it is built once. Every other test goes to whichever worker is free.
-    """
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
-        elif "editions" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("book"))
 
 
 class _Editions:
