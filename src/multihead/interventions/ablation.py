@@ -187,8 +187,9 @@ def drop_grid(
     """Mean of ``evaluate(model)`` with layers picked at rate ``p`` and heads silenced at
     rate ``q`` inside picked layers, over ``trials`` random draws per grid cell.
 
-    The same ``trials`` draws serve every cell, so the grid is smooth and monotone in both
-    rates. The model's masks are restored afterwards.
+    The same ``trials`` draws serve every cell, so a higher rate silences a superset of the
+    heads and the grid is smooth. It need not be monotone: silencing one more head can lower
+    the loss. The model's masks are restored afterwards.
 
     Shapes: -> (len(ps), len(qs)).
     """
