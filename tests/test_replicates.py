@@ -109,17 +109,3 @@ def test_held_out_best_bad_input():
         held_out_best(torch.ones(3, 2), torch.ones(2))
     with pytest.raises(ValueError, match="no weight"):
         held_out_best(torch.ones(2, 2), torch.tensor([1.0, 0.0]))
-
-
-def test_book_seeds_only_without_an_offset(monkeypatch):
-    from multihead.analysis.replicates import book_seeds
-
-    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET", raising=False)
-    assert book_seeds()
-    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "0")
-    assert book_seeds()
-    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "100")
-    assert not book_seeds()
-    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "x")
-    with pytest.raises(ValueError, match="MULTIHEAD_SEED_OFFSET"):
-        book_seeds()

@@ -59,3 +59,15 @@ def test_seeds_follow_the_mode_and_the_offset(monkeypatch):
     monkeypatch.delenv("MULTIHEAD_SEED_OFFSET")
     with pytest.raises(ValueError, match="fast"):
         runtime.seeds(fast=0)
+
+
+def test_book_seeds_only_without_an_offset(monkeypatch):
+    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET", raising=False)
+    assert runtime.book_seeds()
+    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "0")
+    assert runtime.book_seeds()
+    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "100")
+    assert not runtime.book_seeds()
+    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "x")
+    with pytest.raises(ValueError, match="MULTIHEAD_SEED_OFFSET"):
+        runtime.book_seeds()

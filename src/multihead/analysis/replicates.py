@@ -31,8 +31,6 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from multihead.core.runtime import seed_offset
-
 ORDER_VERDICTS = ("reproduced", "partly", "mixed over seeds", "not reproduced", "contradicted")
 
 
@@ -102,19 +100,6 @@ def seed_order(lower: Tensor, higher: Tensor) -> SeedOrder:
     else:
         verdict = "not reproduced"
     return SeedOrder(verdict, n_below, n_above, K, apart, apart_reversed)
-
-
-def book_seeds() -> bool:
-    """Whether the notebook runs on the seeds the book's text describes (no
-    ``MULTIHEAD_SEED_OFFSET``, or 0).
-
-    A notebook asserts its chapter's conclusions on any seeds. Some verdicts sit within a
-    step of the seed noise (``"partly"`` against ``"mixed over seeds"``, say): the text reads
-    them off the book's run, and the notebook checks that reading only where this is true.
-
-    Shapes: none (reads the environment).
-    """
-    return seed_offset() == 0
 
 
 def overall(verdicts: Sequence[str]) -> str:

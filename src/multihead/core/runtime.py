@@ -95,6 +95,19 @@ def seed_offset() -> int:
     return offset
 
 
+def book_seeds() -> bool:
+    """Whether the notebook runs on the seeds the book's text describes (no
+    ``MULTIHEAD_SEED_OFFSET``, or 0).
+
+    A notebook asserts its chapter's conclusions on any seeds. Some verdicts sit within a
+    step of the seed noise (``"partly"`` against ``"mixed over seeds"``, say): the text reads
+    them off the book's run, and the notebook checks that reading only where this is true.
+
+    Shapes: none (reads the environment).
+    """
+    return seed_offset() == 0
+
+
 def seeds(*, full: int = 5, fast: int = 3) -> list[int]:
     """The replicate seeds a verdict rests on: ``full`` of them in full mode, ``fast`` in
     fast mode, ``0, 1, ...`` shifted by ``MULTIHEAD_SEED_OFFSET``.
