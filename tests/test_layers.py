@@ -29,7 +29,8 @@ ALLOWED = {
 # helpers draw the book's SVG diagrams: python -m multihead.viz.diagrams; tools.fake_device
 # is the stand-in accelerator of tests/test_device.py).
 SUPPORT = {
-    "_checks", "tasks.lexicon", "tools.nbtools", "tools.fake_device", "exercises._common",
+    "_checks", "tasks.lexicon", "tools.nbtools", "tools.fake_device", "tools.seedcheck",
+    "exercises._common",
     "viz.diagrams", "viz.model_diagrams", "viz.chapter_pictures", "viz.drawing",
 }  # fmt: skip
 SUPPORT |= {"core.ensemble", "core.ensemble_train"}  # batched seeds, for the notebooks to adopt

@@ -1,0 +1,334 @@
+"""How often does each notebook assert hold on seeds nobody picked?
+
+The notebooks assert their chapters' conclusions on any seeds (``MULTIHEAD_SEED_OFFSET``
+shifts every replicate seed). A run at one offset says only whether every assert held there,
+and stops a cell at its first failing assert. This command runs each notebook once per
+offset with every ``assert`` statement rewritten to *record* its outcome and go on, so one
+sweep gives, for every assert, the offsets at which it failed::
+
+    python -m multihead.tools.seedcheck --offsets 600 700 800          # every notebook, fast mode
+    python -m multihead.tools.seedcheck --offsets 600 700 --notebooks 05 06 --out sweep.json
+
+It prints one row per assert that failed at some offset (cell, line, source, failures), and
+how many held everywhere. Asserts under ``if book_seeds():`` do not run at a non-zero offset,
+so they are not counted. Offsets run side by side, one process per core, one torch thread
+each; the notebooks of one offset run in order in one process and share a checkpoint cache,
+so the models of notebook 05 are trained once for 06 and 07. Slow: a fast-mode offset costs
+about as much CPU time as ``pytest notebooks``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+RECORD_ENV = "MULTIHEAD_SEEDCHECK_LOG"
+RECORDER = "_seedcheck_record"
+COMPARE = "_seedcheck_compare"
+# The first code cell of every rewritten notebook: append one JSON line per assert executed.
+# A comparison (``a < b``) also records both sides where they are numbers, so a sweep shows
+# how close to its threshold each assert came.
+RECORDER_CELL = f"""\
+import json as _json, operator as _operator, os as _os
+
+
+def {RECORDER}(ok, cell, line, source, sides=None, op=None):
+    with open(_os.environ["{RECORD_ENV}"], "a") as _f:
+        _f.write(_json.dumps({{"cell": cell, "line": line, "source": source,
+                              "ok": bool(ok), "sides": sides, "op": op}}) + "\\n")
+
+
+def {COMPARE}(left, right, op, cell, line, source):
+    ok = bool(getattr(_operator, op)(left, right))
+    try:
+        sides = [float(left), float(right)]
+    except (TypeError, ValueError, RuntimeError):
+        sides = None
+    {RECORDER}(ok, cell, line, source, sides, op)
+"""
+_OPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+
+
+class _AssertRecorder(ast.NodeTransformer):
+    """``assert test, msg`` -> ``_seedcheck_record(test, cell, line, "<source>")``;
+    ``assert a < b`` (one ``<``, ``<=``, ``>`` or ``>=``) -> ``_seedcheck_compare(a, b, "lt",
+    cell, line, "<source>")``, which records both sides too."""
+
+    def __init__(self, source: str, cell: int) -> None:
+        self.source, self.cell = source, cell
+
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        test = node.test
+        text = ast.get_source_segment(self.source, test) or ast.unparse(test)
+        where = [ast.Constant(v) for v in (self.cell, node.lineno, text)]
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS:
+            op = ast.Constant(_OPS[type(test.ops[0])])
+            call = ast.Call(
+                ast.Name(COMPARE, ast.Load()), [test.left, *test.comparators, op, *where], []
+            )
+        else:
+            call = ast.Call(ast.Name(RECORDER, ast.Load()), [test, *where], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+
+def record_asserts(source: str, cell: int) -> str:
+    """The cell's source with every ``assert`` recording its outcome instead of raising.
+
+    A cell Python cannot parse (an IPython magic, say) comes back unchanged.
+
+    Shapes: none.
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a cell's source text, got {type(source).__name__}")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    if not any(isinstance(node, ast.Assert) for node in ast.walk(tree)):
+        return source
+    tree = ast.fix_missing_locations(_AssertRecorder(source, cell).visit(tree))
+    return ast.unparse(tree)
+
+
+def rewritten(path: Path):
+    """The notebook at ``path`` with its asserts recording (``record_asserts``) and the
+    recorder defined in a cell of its own after the setup cell. Cells keep their numbers
+    in the records: ``cell`` counts the original code cells from 0.
+
+    Shapes: none.
+    """
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    code = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = record_asserts(cell.source, code)
+            code += 1
+    nb.cells.insert(1, nbformat.v4.new_code_cell(RECORDER_CELL))
+    return nb
+
+
+def run_offset(offset: int, paths: list[str], full: bool, folder: str) -> dict:
+    """Run ``paths`` in order at one offset; return {notebook: {"records": [...], "errors":
+    [cell numbers whose execution raised, other than cells tagged raises-exception]}}.
+
+    Shapes: none.
+    """
+    from nbclient import NotebookClient
+
+    results = {}
+    cache = Path(folder) / f"cache-{offset}"
+    for path in map(Path, paths):
+        log = Path(folder) / f"{path.stem}-{offset}.jsonl"
+        log.unlink(missing_ok=True)
+        env = {
+            RECORD_ENV: str(log),
+            "MULTIHEAD_SEED_OFFSET": str(offset),
+            "MULTIHEAD_FAST": "0" if full else "1",
+            "MULTIHEAD_CACHE_DIR": str(cache),
+            "MULTIHEAD_PROGRESS": "off",
+            "MPLBACKEND": "Agg",
+        }
+        nb = rewritten(path)
+        client = NotebookClient(nb, timeout=3600, kernel_name="python3", allow_errors=True)
+        client.execute(cwd=str(path.parent), env={**os.environ, **env})
+        errors, code = [], -1
+        for cell in nb.cells[:1] + nb.cells[2:]:  # the recorder cell is not counted
+            if cell.cell_type != "code":
+                continue
+            code += 1
+            expected = "raises-exception" in cell.metadata.get("tags", [])  # exercise stubs
+            if not expected and any(o.get("output_type") == "error" for o in cell.outputs):
+                errors.append(code)
+        records = (
+            [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        )
+        results[path.stem] = {"records": records, "errors": errors, "full": full}
+    return results
+
+
+def _margin(record: dict) -> float | None:
+    """How far a recorded comparison was from failing (negative: it failed)."""
+    sides, op = record.get("sides"), record.get("op")
+    if not sides or op is None:
+        return None
+    left, right = sides
+    return left - right if op in ("gt", "ge") else right - left
+
+
+def summarize(sweep: dict[int, dict]) -> tuple[list[dict], list[dict]]:
+    """Per assert (notebook, cell, line): the offsets it ran at, those it failed at, and for a
+    comparison its margin at each offset (how far the two sides were from failing; the
+    smallest, where it ran several times).
+
+    Returns every assert as a row, those that failed somewhere first (most failures first),
+    and the rows of the asserts that held everywhere.
+
+    Shapes: none.
+    """
+    table: dict[tuple, dict] = {}
+    for offset, notebooks in sweep.items():
+        for name, result in notebooks.items():
+            seen = defaultdict(list)
+            for r in result["records"]:
+                seen[(name, r["cell"], r["line"], r["source"])].append(r)
+            for key, records in seen.items():
+                row = table.setdefault(key, {"ran": [], "failed": [], "margins": {}})
+                row["ran"].append(offset)
+                if not all(r["ok"] for r in records):
+                    row["failed"].append(offset)
+                margins = [m for m in map(_margin, records) if m is not None]
+                if margins:
+                    row["margins"][offset] = min(margins)
+    rows = [
+        {"notebook": k[0], "cell": k[1], "line": k[2], "source": k[3], **v}
+        for k, v in table.items()
+    ]
+    failing = [r for r in rows if r["failed"]]
+    failing.sort(key=lambda r: (-len(r["failed"]), r["notebook"], r["cell"], r["line"]))
+    return failing, [r for r in rows if not r["failed"]]
+
+
+def closeness(row: dict) -> float | None:
+    """The smallest margin over the offsets in units of the margins' spread (their standard
+    deviation): a comparison that held everywhere but by a fraction of its spread is likely to
+    fail on some other seeds. None where there is no margin or no spread.
+
+    Shapes: none.
+    """
+    margins = list(row["margins"].values())
+    if len(margins) < 2:
+        return None
+    mean = sum(margins) / len(margins)
+    sd = (sum((m - mean) ** 2 for m in margins) / (len(margins) - 1)) ** 0.5
+    return min(margins) / sd if sd > 0 else None
+
+
+def _order(paths: list[Path]) -> list[Path]:
+    # 05 trains the models 06 and 07 load: run it first.
+    return sorted(paths, key=lambda p: (not p.name.startswith("05"), p.name))
+
+
+def render(sweep: dict[int, dict], command: str) -> str:
+    """The sweep as markdown for the teaching guide: what ran, then every assert that failed at
+    some offset and every comparison that held with a margin under 3 of its standard
+    deviations, with where it stands now.
+
+    Shapes: none.
+    """
+    failing, held = summarize(sweep)
+    offsets = sorted(sweep)
+    lines = [
+        "<!-- written by python -m multihead.tools.seedcheck --markdown; do not edit -->",
+        f"Offsets {', '.join(map(str, offsets))} ({len(offsets)} runs of every notebook in "
+        f"{'full' if any(_full(sweep)) else 'fast'} mode, `{command}`): "
+        f"{len(failing) + len(held)} asserts ran, {len(held)} held at every offset, "
+        f"{len(failing)} failed at one or more.",
+        "",
+    ]
+    close = sorted(
+        ((c, r) for r in held if (c := closeness(r)) is not None and c < 3), key=lambda t: t[0]
+    )
+    if failing or close:
+        lines += [
+            "| notebook | cell | assert | failed at | smallest margin |",
+            "|---|---|---|---|---|",
+        ]
+    for r in failing + [r for _, r in close]:
+        src = " ".join(r["source"].split()).replace("|", "\\|")
+        where = ", ".join(map(str, sorted(r["failed"]))) or "none"
+        margin = f"{min(r['margins'].values()):.3g}" if r["margins"] else "-"
+        name = r["notebook"].split("_")[0]
+        lines.append(f"| {name} | {r['cell']} | `{src[:90]}` | {where} | {margin} |")
+    return "\n".join(lines) + "\n"
+
+
+def _full(sweep: dict) -> list[bool]:
+    return [bool(nb.get("full")) for notebooks in sweep.values() for nb in notebooks.values()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m multihead.tools.seedcheck", description=__doc__
+    )
+    parser.add_argument("--offsets", type=int, nargs="+", default=None)
+    parser.add_argument("--notebooks", nargs="*", default=None, help="numbers, e.g. 05 06")
+    parser.add_argument("--full", action="store_true", help="full mode (default: fast)")
+    parser.add_argument("--out", type=Path, default=None, help="write the sweep as JSON")
+    parser.add_argument("--load", type=Path, default=None, help="summarize a saved sweep")
+    parser.add_argument("--markdown", type=Path, default=None, help="write the summary table")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    if args.load is not None:
+        sweep = {int(k): v for k, v in json.loads(args.load.read_text()).items()}
+    else:
+        if not args.offsets:
+            parser.error("give --offsets to run, or --load a saved sweep")
+        if any(o < 0 for o in args.offsets):
+            parser.error("--offsets must be non-negative integers")
+        sweep = _run(parser, args)
+    if args.out:
+        args.out.write_text(json.dumps({str(k): v for k, v in sweep.items()}, indent=1) + "\n")
+    failing, held = summarize(sweep)
+    print(
+        f"\n{len(held)} asserts held at every offset they ran at; {len(failing)} failed somewhere"
+    )
+    for r in failing:
+        src = " ".join(r["source"].split())
+        print(
+            f"{r['notebook']} cell {r['cell']} line {r['line']}: failed at {len(r['failed'])} "
+            f"of {len(r['ran'])} offsets {sorted(r['failed'])}\n    {src[:160]}"
+        )
+    close = sorted(
+        ((c, r) for r in held if (c := closeness(r)) is not None and c < 3), key=lambda t: t[0]
+    )
+    if close:
+        print("\nHeld everywhere, but with a smallest margin under 3 standard deviations of it:")
+    for c, r in close:
+        src = " ".join(r["source"].split())
+        print(f"{r['notebook']} cell {r['cell']} line {r['line']}: {c:.1f} sd\n    {src[:160]}")
+    if args.markdown:
+        command = "python -m multihead.tools.seedcheck " + " ".join(
+            a
+            for a in (argv if argv is not None else sys.argv[1:])
+            if not a.startswith("--markdown")
+        )
+        args.markdown.write_text(render(sweep, command.strip()))
+    return 0
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int, dict]:
+    root = Path(__file__).resolve().parents[3]
+    paths = sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+    if args.notebooks:
+        paths = [p for p in paths if any(p.name.startswith(n) for n in args.notebooks)]
+        if not paths:
+            parser.error(
+                f"--notebooks {args.notebooks} matches no notebook in {root / 'notebooks'}"
+            )
+    paths = [str(p) for p in _order(paths)]
+    if args.jobs > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from concurrent.futures import ProcessPoolExecutor
+
+    folder = tempfile.mkdtemp(prefix="multihead-seedcheck-")
+    print(f"logs and checkpoints in {folder}", flush=True)
+    sweep = {}
+    with ProcessPoolExecutor(max(1, min(args.jobs, len(args.offsets)))) as pool:
+        futures = {o: pool.submit(run_offset, o, paths, args.full, folder) for o in args.offsets}
+        for offset, future in futures.items():
+            sweep[offset] = future.result()
+            errors = {n: r["errors"] for n, r in sweep[offset].items() if r["errors"]}
+            print(f"offset {offset}: done; cells that raised: {errors or 'none'}", flush=True)
+    return sweep
+
+
+if __name__ == "__main__":
+    sys.exit(main())
