@@ -83,8 +83,9 @@ def test_syntax_folds_finds_the_planted_head():
     assert det["head"] == [(0, 0)] * 3 and det["accuracy"] == [1.0] * 3
     assert det["baseline"] == [0.5] * 3  # det at +1 in one sentence, +2 in the other
     assert det["clear"] == [True] * 3 and det["n_clear"] == 3 and det["in_sample"] == 1.0
+    assert det["pooled_accuracy"] == 1.0 and det["pooled_baseline"] == 0.5 and det["pooled_clear"]
     amod = rows[("amod", "dep->head")]  # baseline +1 is always right: no head clears it
-    assert amod["baseline"] == [1.0] * 3 and amod["n_clear"] == 0
+    assert amod["baseline"] == [1.0] * 3 and amod["n_clear"] == 0 and not amod["pooled_clear"]
     # Only sentence 0 in every fold: it has no amod arc, so no amod row at all.
     only0 = [aligned_words([record(0)], [WORDS[0]], gold_of([0]))] * 2
     assert {r["relation"] for r in syntax_folds(only0, ("det", "amod"))} == {"det"}
