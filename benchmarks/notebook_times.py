@@ -39,19 +39,43 @@ TABLE = ROOT / "book" / "_generated" / "notebook_times.md"
 
 
 def machine_label() -> str:
+    """The machine: a GPU's name, or the CPU's model, its widest vector unit and the thread
+    count (two CPUs that both call themselves "AMD EPYC" can differ twofold in speed; the
+    vector unit tells many of them apart, and ``calibrate`` measures the rest)."""
     import torch
 
     if torch.cuda.is_available():
         return f"GPU: {torch.cuda.get_device_name(0)}"
-    cpu = platform.processor() or platform.machine()
+    cpu, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu in ("", platform.machine()):
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return f"CPU: {cpu}, {torch.get_num_threads()} threads"
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
+    return f"CPU: {cpu}{', ' + vector if vector else ''}, {torch.get_num_threads()} threads"
+
+
+def calibrate() -> float:
+    """One thread's float32 matrix-multiply rate in GFLOP/s (512 x 512, best of 20): a
+    yardstick to scale the table's times to another machine by."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(512, 512), torch.randn(512, 512)
+        best = float("inf")
+        for _ in range(20):
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * 512**3 / best / 1e9
 
 
 def run_notebook(path: Path, workdir: Path) -> float:
@@ -113,7 +137,15 @@ def render(results: dict) -> str:
             seconds = committed.get("full", {}).get(name)
             cells.append("no timestamps" if seconds is None else _duration(seconds))
         rows.append("| " + " | ".join(cells) + " |")
-    dates = ", ".join(f"{m}: {results[m].get('date', '?')}" for m in machines)
+    dates = ", ".join(
+        f"{m}: {results[m].get('date', '?')}"
+        + (
+            f", one thread multiplies matrices at {g:.0f} GFLOP/s"
+            if (g := results[m].get("gflops"))
+            else ""
+        )
+        for m in machines
+    )
     note = (
         f"\n\nMeasured with `python benchmarks/notebook_times.py` ({dates}); each mode runs the "
         "notebooks in order with a fresh checkpoint cache, so notebooks 6 and 7 load the model "
@@ -168,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         return _write(results)
     entry = results.setdefault(label, {})
+    entry["gflops"] = round(calibrate(), 1)
     os.environ["MULTIHEAD_PROGRESS"] = "off"
     os.environ.setdefault("MPLBACKEND", "Agg")
     for mode in args.modes:
