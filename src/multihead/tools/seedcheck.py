@@ -216,7 +216,7 @@ def _order(paths: list[Path]) -> list[Path]:
     return sorted(paths, key=lambda p: (not p.name.startswith("05"), p.name))
 
 
-def render(sweep: dict[int, dict], command: str) -> str:
+def render(sweep: dict[int, dict]) -> str:
     """The sweep as markdown for the teaching guide: what ran, then every assert that failed at
     some offset and every comparison that held with a margin under 3 of its standard
     deviations, with where it stands now.
@@ -225,10 +225,13 @@ def render(sweep: dict[int, dict], command: str) -> str:
     """
     failing, held = summarize(sweep)
     offsets = sorted(sweep)
+    full = any(_full(sweep))
+    command = "python -m multihead.tools.seedcheck --offsets " + " ".join(map(str, offsets))
+    command += " --full" if full else ""
     lines = [
         "<!-- written by python -m multihead.tools.seedcheck --markdown; do not edit -->",
         f"Offsets {', '.join(map(str, offsets))} ({len(offsets)} runs of every notebook in "
-        f"{'full' if any(_full(sweep)) else 'fast'} mode, `{command}`): "
+        f"{'full' if full else 'fast'} mode, `{command}`): "
         f"{len(failing) + len(held)} asserts ran, {len(held)} held at every offset, "
         f"{len(failing)} failed at one or more.",
         "",
@@ -295,12 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         src = " ".join(r["source"].split())
         print(f"{r['notebook']} cell {r['cell']} line {r['line']}: {c:.1f} sd\n    {src[:160]}")
     if args.markdown:
-        command = "python -m multihead.tools.seedcheck " + " ".join(
-            a
-            for a in (argv if argv is not None else sys.argv[1:])
-            if not a.startswith("--markdown")
-        )
-        args.markdown.write_text(render(sweep, command.strip()))
+        args.markdown.write_text(render(sweep))
     return 0
 
 
