@@ -3,8 +3,8 @@ in ``pyproject.toml``), for ``pytest`` and for ``pytest notebooks`` alike.
 
 Each worker runs one torch thread: the models are small, so one-thread workers on every core
 get more done than one worker with every thread. The notebook kernels nbval starts inherit
-the setting. The test suite's own settings (fast mode, the checkpoint cache) are in
-``tests/conftest.py``.
+the setting, and ``MULTIHEAD_BOOK_RUN`` (set below). The test suite's own settings (fast mode,
+the checkpoint cache) are in ``tests/conftest.py``.
 """
 
 import os
@@ -12,6 +12,10 @@ import os
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+
+# pytest here checks the book, `pytest notebooks` included: the readings the chapters make of
+# the book's run (asserts under `book_seeds()`) as well as the conclusions for any seeds.
+os.environ.setdefault("MULTIHEAD_BOOK_RUN", "1")
 
 import pytest  # noqa: E402
 
