@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,17 +108,12 @@ def run_notebook(path: Path, workdir: Path) -> tuple[float, list[str]]:
 def slowest_cells(nb, n: int = 3) -> list[str]:
     """The ``n`` slowest code cells of an executed notebook, from the timestamps nbclient
     records, as lines: seconds, code-cell number, the cell's first line."""
-    from datetime import datetime
-
     rows = []
     code = [c for c in nb.cells if c.cell_type == "code"]
     for i, cell in enumerate(code):
         ex = cell.metadata.get("execution", {})
         if "iopub.execute_input" in ex and "shell.execute_reply" in ex:
-            begin, end = (
-                datetime.fromisoformat(ex[k].replace("Z", "+00:00"))
-                for k in ("iopub.execute_input", "shell.execute_reply")
-            )
+            begin, end = _when(ex["iopub.execute_input"]), _when(ex["shell.execute_reply"])
             first = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else ""
             rows.append(((end - begin).total_seconds(), i, first))
     return [f"{s:6.0f} s  cell {i}: {first}" for s, i, first in sorted(rows, reverse=True)[:n]]
@@ -126,21 +122,20 @@ def slowest_cells(nb, n: int = 3) -> list[str]:
 def committed_seconds(path: Path) -> float | None:
     """Wall time of the notebook's committed run, from its cells' execution timestamps
     (None when a code cell has none, e.g. outputs written by hand or cleared)."""
-    from datetime import datetime
-
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     stamps = [c.metadata.get("execution", {}) for c in nb.cells if c.cell_type == "code"]
     if not stamps or not all("iopub.status.busy" in t and "iopub.status.idle" in t for t in stamps):
         return None
-
-    def when(text: str) -> datetime:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-    start = min(when(t["iopub.status.busy"]) for t in stamps)
-    end = max(when(t["iopub.status.idle"]) for t in stamps)
+    start = min(_when(t["iopub.status.busy"]) for t in stamps)
+    end = max(_when(t["iopub.status.idle"]) for t in stamps)
     return (end - start).total_seconds()
+
+
+def _when(text: str) -> datetime:
+    """A timestamp nbclient wrote into a cell's metadata."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 COMMITTED = "committed outputs"
