@@ -32,8 +32,10 @@ from multihead.tasks.tagging import (
     tagging_seed_loss,
 )
 from multihead.tasks.translation import (
+    ROWS_PER_GROUP,
     SEQ2SEQ_PAD,
     encode,
+    length_groups,
     sampler,
     seq2seq_loss,
     seq2seq_seed_loss,
@@ -163,6 +165,50 @@ def test_translation_seeds_equal_their_alone_runs(corpus, float64):
     _check_family(
         lambda s: EncoderDecoder(cfg), sample, seq2seq_loss, seq2seq_seed_loss, SEQ2SEQ_PAD
     )
+
+
+def test_translation_batches_in_length_groups_train_as_the_alone_runs(corpus, float64):
+    # 48 rows: seq2seq_seed_loss runs the batch in two length groups (ROWS_PER_GROUP = 21),
+    # and must still equal the alone runs, which see each batch whole.
+    sizes = {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_decoder_layers": 1, "d_ff": 32}
+    cfg = ModelConfig(len(corpus.src_vocab), n_classes=len(corpus.tgt_vocab), max_len=32, **sizes)
+    data = encode(corpus, corpus.train)
+    src, tgt = sampler(data)(48, torch.Generator().manual_seed(0))
+    groups = length_groups(src[None], tgt[None], 48 // ROWS_PER_GROUP)
+    assert len(groups) == 2 and sum(s.shape[1] for s, _ in groups) == 48
+    assert sum(s.numel() for s, _ in groups) < src.numel(), "the groups must trim padding"
+    family = (lambda s: EncoderDecoder(cfg), sampler(data), seq2seq_loss, seq2seq_seed_loss)
+    ensemble = _check_family(*family, SEQ2SEQ_PAD, cfg=replace(TRAIN, batch_size=48))
+    assert not ensemble.training and not ensemble.draws_at_random
+    ensemble.train()
+    assert not ensemble.draws_at_random  # no dropout, no gates: the groups are used
+    ensemble.set_head_gates(lambda path, b, h, gens: None)
+    assert ensemble.draws_at_random  # gates would be drawn once per group: one pass instead
+
+
+def test_a_model_with_dropout_is_not_split_into_length_groups(corpus):
+    cfg = ModelConfig(vocab_size=len(corpus.src_vocab), n_classes=len(corpus.tgt_vocab),
+                      d_model=16, n_heads=2, n_layers=1, n_decoder_layers=1, d_ff=32, max_len=32,
+                      attn_dropout=0.1)  # fmt: skip
+    ensemble = stack_seeds(lambda s: EncoderDecoder(cfg), SEEDS).train()
+    assert ensemble.draws_at_random
+    calls = []
+    ensemble.register_forward_hook(lambda *args: calls.append(1))
+    batch = sampler(encode(corpus, corpus.train))(48, torch.Generator().manual_seed(0))
+    seq2seq_seed_loss(ensemble, tuple(ensemble.repeat(t) for t in batch))
+    assert len(calls) == 1
+    ensemble.eval()
+    seq2seq_seed_loss(ensemble, tuple(ensemble.repeat(t) for t in batch))
+    assert len(calls) == 3  # in eval mode nothing is drawn: two length groups
+
+
+def test_length_groups_rejects_bad_input():
+    with pytest.raises(ValueError, match="groups"):
+        length_groups(
+            torch.ones(1, 4, 3, dtype=torch.long), torch.ones(1, 4, 3, dtype=torch.long), 0
+        )
+    with pytest.raises(ValueError, match="src"):
+        length_groups(torch.ones(4, 3, dtype=torch.long), torch.ones(4, 3, dtype=torch.long), 2)
 
 
 def test_pick_gives_an_ordinary_model_whose_cache_equals_the_alone_model():

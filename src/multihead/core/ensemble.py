@@ -143,6 +143,22 @@ class SeedEnsemble(nn.Module):
             check_callable("fn", fn, "fn(path, batch, n_heads, generators) -> (K, batch, heads)")
         self.head_gates = fn
 
+    @property
+    def draws_at_random(self) -> bool:
+        """Whether a training forward pass draws masks (dropout, attention dropout or head
+        gates): then splitting a batch into several passes changes what is drawn.
+
+        Shapes: none.
+        """
+        if not self.training:
+            return False
+        dropout = any(
+            (isinstance(m, nn.Dropout) and m.p > 0)
+            or (isinstance(m, MultiHeadAttention) and m.attn_dropout > 0)
+            for m in self.template.modules()
+        )
+        return dropout or self.head_gates is not None
+
     def _gate(self, path: str, z: Tensor) -> Tensor:
         """Shapes: z (K, B, heads, Sq, d_value) -> the same, times the head gates."""
         if not self.training or self.head_gates is None:

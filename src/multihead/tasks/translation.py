@@ -87,16 +87,60 @@ def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE)
 
 
+ROWS_PER_GROUP = 21  # seq2seq_seed_loss: rows per length group (3 groups for a batch of 64)
+
+
+def length_groups(src: Tensor, tgt: Tensor, groups: int) -> list[tuple[Tensor, Tensor]]:
+    """Each seed's rows sorted by length and cut into ``groups`` groups, each group trimmed to
+    its own longest row: short sentences no longer pay for the padding of long ones.
+
+    Shapes: src (K, batch, S), tgt (K, batch, T + 1) -> ``groups`` pairs (src (K, b_i, S_i),
+    tgt (K, b_i, T_i + 1)) with sum b_i = batch.
+    """
+    check_positive_int("groups", groups)
+    if src.ndim != 3 or tgt.ndim != 3 or src.shape[:2] != tgt.shape[:2]:
+        raise ValueError(
+            f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must be (K, batch, len)"
+        )
+    length = (src != PAD_ID).sum(-1) + (tgt != PAD_ID).sum(-1)  # (K, batch)
+    order = length.argsort(dim=1, stable=True)[..., None]  # (K, batch, 1)
+    src, tgt = src.gather(1, order.expand_as(src)), tgt.gather(1, order.expand_as(tgt))
+    out = []
+    for rows in torch.arange(src.shape[1], device=src.device).chunk(groups):
+        s, t = src[:, rows], tgt[:, rows]
+        out.append((s[..., : int((s != PAD_ID).sum(-1).max())],
+                    t[..., : int((t != PAD_ID).sum(-1).max())]))  # fmt: skip
+    return out
+
+
 def seq2seq_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     """``seq2seq_loss`` for every seed of a ``SeedEnsemble`` (``core.ensemble``); train it
     with ``train_seeds(..., pad=SEQ2SEQ_PAD)``.
 
+    A batch of ``2 * ROWS_PER_GROUP`` rows or more goes through the model in length groups
+    (``length_groups``), whose summed token losses divided by the batch's token count are the
+    same losses, and so the same gradients, up to rounding: every row is computed on its own,
+    so padding changes nothing but the work, and about half of a random batch is padding.
+    Only where the forward pass draws nothing at random (no dropout, no head gates), since
+    each group would draw its own masks.
+
     Shapes: batch = (src (K, batch, S), tgt (K, batch, T + 1)) -> (K,).
     """
     src, tgt = batch
-    logits = ensemble(src, tgt[..., :-1], src_padding_mask=src == PAD_ID)  # (K, b, T, vocab)
-    gold = tgt[..., 1:].masked_fill(tgt[..., 1:] == PAD_ID, IGNORE)  # (K, batch, T)
-    return seed_cross_entropy(logits, gold)
+    groups = src.shape[1] // ROWS_PER_GROUP if src.ndim == 3 else 1
+    if groups < 2 or getattr(ensemble, "draws_at_random", True):
+        logits = ensemble(src, tgt[..., :-1], src_padding_mask=src == PAD_ID)  # (K, b, T, vocab)
+        gold = tgt[..., 1:].masked_fill(tgt[..., 1:] == PAD_ID, IGNORE)  # (K, batch, T)
+        return seed_cross_entropy(logits, gold)
+    total, count = 0.0, 0
+    for s, t in length_groups(src, tgt, groups):
+        logits = ensemble(s, t[..., :-1], src_padding_mask=s == PAD_ID)  # (K, b_i, T_i, vocab)
+        gold = t[..., 1:].masked_fill(t[..., 1:] == PAD_ID, IGNORE)  # (K, b_i, T_i)
+        ce = F.cross_entropy(logits.flatten(0, -2), gold.flatten(), ignore_index=IGNORE,
+                             reduction="none")  # fmt: skip
+        total = total + ce.view(len(s), -1).sum(1)
+        count = count + (gold != IGNORE).flatten(1).sum(1)
+    return total / count
 
 
 SEQ2SEQ_PAD = (PAD_ID, PAD_ID)  # how the seeds' batches (src, tgt) are padded to one length
@@ -200,10 +244,15 @@ def encoder_paths(model: EncoderDecoder) -> list[str]:
 def teacher_forced(model: nn.Module, data: Encoded, batch_size: int = 500) -> dict[str, float]:
     """Loss and next-token accuracy with the gold prefix given (cheap; used for ablations).
 
+    The sentences go through in order of length (the sums are the same up to rounding), so
+    that each batch is trimmed to a length near its sentences' own.
+
     Shapes: data of n sentences -> {"loss": float, "token_acc": float}.
     """
     model.eval()
     dev = next(model.parameters()).device
+    order = ((data.src != PAD_ID).sum(1) + (data.tgt != PAD_ID).sum(1)).argsort(stable=True)
+    data = Encoded(data.src[order], data.tgt[order])
     total, correct, count = 0.0, 0, 0
     for src, tgt in batches(data, batch_size, dev):
         logits = run_batch(model, (src, tgt))
