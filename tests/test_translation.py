@@ -11,6 +11,7 @@ from multihead.tasks.translation import (
     BOS_ID,
     PAD_ID,
     attention_kind,
+    by_length,
     count_heads,
     encode,
     encoder_internals,
@@ -166,3 +167,14 @@ def test_attention_paths_are_classified():
         "decoder.layers.0.cross_attn": torch.ones(2),
     }
     assert count_heads(masks) == {"encoder": 1, "decoder": 0, "cross": 2}
+
+
+def test_by_length_orders_sentences_and_keeps_the_scores():
+    corpus = make_corpus(150, seed=3)
+    data = encode(corpus, corpus.valid)
+    ordered = by_length(data)
+    lengths = (ordered.src != PAD_ID).sum(1) + (ordered.tgt != PAD_ID).sum(1)
+    assert bool((lengths[1:] >= lengths[:-1]).all()) and len(ordered.src) == len(data.src)
+    assert sorted(map(tuple, ordered.src.tolist())) == sorted(map(tuple, data.src.tolist()))
+    with pytest.raises(TypeError, match="data"):
+        by_length((data.src, data.tgt))

@@ -263,6 +263,18 @@ def encoder_paths(model: EncoderDecoder) -> list[str]:
     return [f"encoder.layers.{i}.attn" for i in range(len(model.encoder.layers))]
 
 
+def by_length(data: Encoded) -> Encoded:
+    """The sentences of ``data`` from the shortest to the longest (source plus target), so
+    that batches taken in order are trimmed near their sentences' own length.
+
+    Shapes: src (n, S), tgt (n, T + 1) -> the same, rows reordered.
+    """
+    if not isinstance(data, Encoded):
+        raise TypeError(f"data must be an Encoded (translation.encode), got {type(data).__name__}")
+    order = ((data.src != PAD_ID).sum(1) + (data.tgt != PAD_ID).sum(1)).argsort(stable=True)
+    return Encoded(data.src[order], data.tgt[order])
+
+
 @torch.no_grad()
 def teacher_forced(model: nn.Module, data: Encoded, batch_size: int = 500) -> dict[str, float]:
     """Loss and next-token accuracy with the gold prefix given (cheap; used for ablations).
@@ -274,8 +286,7 @@ def teacher_forced(model: nn.Module, data: Encoded, batch_size: int = 500) -> di
     """
     model.eval()
     dev = next(model.parameters()).device
-    order = ((data.src != PAD_ID).sum(1) + (data.tgt != PAD_ID).sum(1)).argsort(stable=True)
-    data = Encoded(data.src[order], data.tgt[order])
+    data = by_length(data)
     total, correct, count = 0.0, 0, 0
     for src, tgt in batches(data, batch_size, dev):
         logits = run_batch(model, (src, tgt))
@@ -292,10 +303,13 @@ def greedy_accuracy(model: EncoderDecoder, data: Encoded, batch_size: int = 500)
     """Exact-match scores of greedy decoding: token accuracy (position by position against
     the reference, end token included) and sentence accuracy (every token right).
 
+    Sentences are decoded in order of length, as in ``teacher_forced``.
+
     Shapes: data of n sentences -> {"token_acc": float, "sentence_acc": float}.
     """
     model.eval()
     dev = next(model.parameters()).device
+    data = by_length(data)
     right_tokens, n_tokens, right_sentences = 0, 0, 0
     for src, tgt in batches(data, batch_size, dev):
         gold = tgt[:, 1:]  # (batch, T)
