@@ -166,35 +166,3 @@ def test_fine_tune_with_gates_penalty_closes_heads_and_cleans_up():
         fine_tune_with_gates(_model(), sample, loss_fn, lam=-1.0, steps=1)
     with pytest.raises(ValueError, match="steps"):
         fine_tune_with_gates(_model(), sample, loss_fn, lam=0.1, steps=0)
-
-
-def test_gated_fine_tune_in_length_groups_equals_the_whole_batch_run():
-    # seq2seq_loss_in_groups splits each batch of 48 sentences into two length groups; the
-    # gates draw once per step (one_draw), so the run equals the whole-batch one to rounding.
-    from multihead.interventions.gates import fine_tune_with_gates
-    from multihead.tasks.corpus import make_corpus
-    from multihead.tasks.translation import encode, sampler, seq2seq_loss, seq2seq_loss_in_groups
-
-    corpus = make_corpus(120, seed=0)
-    cfg = ModelConfig(len(corpus.src_vocab), n_classes=len(corpus.tgt_vocab), d_model=16,
-                      n_heads=2, n_layers=1, n_decoder_layers=1, d_ff=32, max_len=32)  # fmt: skip
-    sample = sampler(encode(corpus, corpus.train))
-    runs, finals = [], []
-    for loss_fn in (seq2seq_loss, seq2seq_loss_in_groups):
-        torch.manual_seed(0)
-        model = EncoderDecoder(cfg).double()
-        kw = {"lam": 0.05, "steps": 6, "batch_size": 48, "gate_lr": 0.2, "seed": 3}
-        runs.append(fine_tune_with_gates(model, sample, loss_fn, progress=False, **kw))
-        finals.append(model)
-    pairs = zip(runs[0].task_loss, runs[1].task_loss, strict=True)
-    assert max(abs(a - b) for a, b in pairs) < 1e-6  # the gates are float32
-    for name in runs[0].log_alpha:
-        assert torch.allclose(runs[0].log_alpha[name], runs[1].log_alpha[name], atol=1e-6)
-    params = zip(finals[0].parameters(), finals[1].parameters(), strict=True)
-    for p, q in params:
-        assert torch.allclose(p, q, atol=1e-6)
-    gates = attach_gates(finals[0])
-    with gates.one_draw(), pytest.raises(RuntimeError, match="nest"):
-        with gates.one_draw():
-            pass
-    gates.remove()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -188,7 +187,6 @@ class HeadGates(nn.Module):
             }
         )
         self._modules_ref = {n: modules[n] for n in names}
-        self._held: dict[str, Tensor] | None = None  # the samples held by one_draw()
         self.to(next(model.parameters()).device)
         points = {f"{n}.z": n for n in names}
         self._handles = add_hooks(model, [(lambda path: path in points, self._hook(points))])
@@ -202,30 +200,9 @@ class HeadGates(nn.Module):
             name = points[path]
             gate = self.gate(name)
             gate.train(self._modules_ref[name].training)
-            if self._held is None:
-                g = gate()
-            else:  # one draw per gate for every forward pass inside one_draw()
-                g = self._held[name] = self._held[name] if name in self._held else gate()
-            return z * g[:, None, None]  # (batch, heads, seq, d_value) times (heads,)
+            return z * gate()[:, None, None]  # (batch, heads, seq, d_value) times (heads,)
 
         return hook
-
-    @contextmanager
-    def one_draw(self):
-        """Inside this block each gate draws its sample once, at its first forward pass, and
-        every later forward pass reuses it: a batch run through the model in several parts
-        (e.g. ``tasks.translation.seq2seq_loss_in_groups``) then sees the gates one whole
-        batch would see, drawn in the same order.
-
-        Shapes: none.
-        """
-        if self._held is not None:
-            raise RuntimeError("one_draw() blocks do not nest")
-        self._held = {}
-        try:
-            yield self
-        finally:
-            self._held = None
 
     def expected_l0(self) -> Tensor:
         """Expected number of open heads over all gated modules. Shapes: -> scalar."""
@@ -288,8 +265,7 @@ def fine_tune_with_gates(
 
     Model weights (Adam, ``lr``) and gates (Adam, ``gate_lr``) train together; the gates are
     removed at the end and their test-time values returned as masks (apply them with
-    ``ablation.head_masks`` or ``pruning.prune_model``). Each step draws one sample of every
-    gate (``HeadGates.one_draw``), also when ``loss_fn`` runs the batch in several parts.
+    ``ablation.head_masks`` or ``pruning.prune_model``).
 
     Shapes: sample(batch_size, generator) -> batch; -> GatedRun.
     """
@@ -312,8 +288,7 @@ def fine_tune_with_gates(
         model.train()
         for _ in progress_bar(range(steps), desc=f"gates, lambda={lam:g}", disable=not progress):
             batch = tuple(t.to(dev) for t in sample(batch_size, generator))
-            with gates.one_draw():  # one gate sample per step, however loss_fn splits the batch
-                task = loss_fn(model, batch)
+            task = loss_fn(model, batch)
             l0 = gates.expected_l0()
             loss = task + lam * l0
             opt.zero_grad(set_to_none=True)

@@ -113,29 +113,6 @@ def length_groups(src: Tensor, tgt: Tensor, groups: int) -> list[tuple[Tensor, T
     return out
 
 
-def seq2seq_loss_in_groups(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """``seq2seq_loss`` with the batch run in length groups (``length_groups``, one group
-    per ``ROWS_PER_GROUP`` rows): the same loss and gradient up to rounding, for less work.
-    Only for a forward pass that draws nothing at random, or draws once per step: e.g. under
-    ``gates.fine_tune_with_gates``, which holds each step's gate sample (not with dropout).
-
-    Shapes: batch = (src (batch, S), tgt (batch, T + 1)) -> scalar.
-    """
-    src, tgt = batch
-    groups = src.shape[0] // ROWS_PER_GROUP
-    if groups < 2:
-        return seq2seq_loss(model, batch)
-    total, count = 0.0, 0
-    for s, t in length_groups(src[None], tgt[None], groups):
-        s, t = s[0], t[0]
-        logits = model(s, t[:, :-1], src_padding_mask=s == PAD_ID)  # (b_i, T_i, vocab)
-        gold = t[:, 1:].masked_fill(t[:, 1:] == PAD_ID, IGNORE)  # (b_i, T_i)
-        ce = F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE,
-                             reduction="sum")  # fmt: skip
-        total, count = total + ce, count + int((gold != IGNORE).sum())
-    return total / count
-
-
 def seq2seq_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     """``seq2seq_loss`` for every seed of a ``SeedEnsemble`` (``core.ensemble``); train it
     with ``train_seeds(..., pad=SEQ2SEQ_PAD)``.
