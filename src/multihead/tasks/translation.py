@@ -329,7 +329,7 @@ def default_configs(corpus: Corpus) -> tuple[ModelConfig, TrainConfig]:
         max_len=32,
     )
     train_cfg = TrainConfig(
-        steps=pick(full=1800, fast=400), batch_size=64, lr=3e-3, warmup=100, seed=0
+        steps=pick(full=800, fast=400), batch_size=64, lr=3e-3, warmup=100, seed=0
     )
     return model_cfg, train_cfg
 
