@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from multihead._checks import check_int, check_positive_int
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.ensemble import stack_seeds
-from multihead.core.ensemble_train import seed_cross_entropy, train_seeds
+from multihead.core.ensemble_train import train_seeds
 from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderDecoder
 from multihead.core.runtime import device as default_device
@@ -69,11 +69,11 @@ def encode(corpus: Corpus, sentences: tuple[Sentence, ...] | list[Sentence]) -> 
 def trim(src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
     """Cut the columns that are padding in every row (saves compute on short batches).
 
-    Shapes: src (batch, S), tgt (batch, T + 1) -> the same, with fewer columns.
+    Shapes: src (..., batch, S), tgt (..., batch, T + 1) -> the same, with fewer columns.
     """
-    s_len = int((src != PAD_ID).sum(1).max())
-    t_len = int((tgt != PAD_ID).sum(1).max())
-    return src[:, :s_len], tgt[:, :t_len]
+    s_len = int((src != PAD_ID).sum(-1).max())
+    t_len = int((tgt != PAD_ID).sum(-1).max())
+    return src[..., :s_len], tgt[..., :t_len]
 
 
 def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -105,12 +105,8 @@ def length_groups(src: Tensor, tgt: Tensor, groups: int) -> list[tuple[Tensor, T
     length = (src != PAD_ID).sum(-1) + (tgt != PAD_ID).sum(-1)  # (K, batch)
     order = length.argsort(dim=1, stable=True)[..., None]  # (K, batch, 1)
     src, tgt = src.gather(1, order.expand_as(src)), tgt.gather(1, order.expand_as(tgt))
-    out = []
-    for rows in torch.arange(src.shape[1], device=src.device).chunk(groups):
-        s, t = src[:, rows], tgt[:, rows]
-        out.append((s[..., : int((s != PAD_ID).sum(-1).max())],
-                    t[..., : int((t != PAD_ID).sum(-1).max())]))  # fmt: skip
-    return out
+    rows = torch.arange(src.shape[1], device=src.device).chunk(groups)
+    return [trim(src[:, r], tgt[:, r]) for r in rows]
 
 
 def seq2seq_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -128,14 +124,11 @@ def seq2seq_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tens
     """
     src, tgt = batch
     groups = src.shape[1] // ROWS_PER_GROUP if src.ndim == 3 else 1
-    if groups < 2 or getattr(ensemble, "draws_at_random", True):
-        logits = ensemble(src, tgt[..., :-1], src_padding_mask=src == PAD_ID)  # (K, b, T, vocab)
-        gold = tgt[..., 1:].masked_fill(tgt[..., 1:] == PAD_ID, IGNORE)  # (K, batch, T)
-        return seed_cross_entropy(logits, gold)
+    whole = groups < 2 or getattr(ensemble, "draws_at_random", True)
     total, count = 0.0, 0
-    for s, t in length_groups(src, tgt, groups):
-        logits = ensemble(s, t[..., :-1], src_padding_mask=s == PAD_ID)  # (K, b_i, T_i, vocab)
-        gold = t[..., 1:].masked_fill(t[..., 1:] == PAD_ID, IGNORE)  # (K, b_i, T_i)
+    for s, t in [(src, tgt)] if whole else length_groups(src, tgt, groups):
+        logits = ensemble(s, t[..., :-1], src_padding_mask=s == PAD_ID)  # (K, b, T, vocab)
+        gold = t[..., 1:].masked_fill(t[..., 1:] == PAD_ID, IGNORE)  # (K, b, T)
         ce = F.cross_entropy(logits.flatten(0, -2), gold.flatten(), ignore_index=IGNORE,
                              reduction="none")  # fmt: skip
         total = total + ce.view(len(s), -1).sum(1)
