@@ -260,11 +260,12 @@ def _sample(data: Encoded):
     return sample
 
 
-def test_train_with_masks_trains_each_masked_model_as_alone():
+def test_train_with_masks_trains_each_masked_model_as_alone(monkeypatch):
     from dataclasses import replace
 
     from multihead.core.config import TrainConfig
     from multihead.core.train import train
+    from multihead.interventions import pruning
     from multihead.interventions.pruning import train_with_masks
     from multihead.tasks.translation import SEQ2SEQ_PAD, seq2seq_loss, seq2seq_seed_loss
 
@@ -272,13 +273,24 @@ def test_train_with_masks_trains_each_masked_model_as_alone():
     models = [_model(0), _model(1)]
     masks = [full_masks(m) for m in models]
     masks[0]["encoder.layers.0.attn"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    masks[1]["encoder.layers.0.attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
     masks[1]["decoder.layers.1.cross_attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
     before = [copy.deepcopy(m.state_dict()) for m in models]
     cfg = TrainConfig(steps=5, batch_size=4, lr=1e-2, warmup=0, grad_clip=0.0)
+    widths = {}
+    train_seeds = pruning.train_seeds
+
+    def recording(ensemble, *args, **kwargs):  # the batched run computes only needed heads
+        widths.update({n: m.n_heads for n, m in attention_modules(ensemble.template)})
+        return train_seeds(ensemble, *args, **kwargs)
+
+    monkeypatch.setattr(pruning, "train_seeds", recording)
     trained, histories = train_with_masks(
         models, masks, _sample(data), cfg, loss_fn=seq2seq_seed_loss, seeds=[3, 4],
         pad=SEQ2SEQ_PAD,
     )  # fmt: skip
+    assert widths["encoder.layers.0.attn"] == 2  # the most heads either model keeps there
+    assert widths["decoder.layers.1.cross_attn"] == 4 and widths["encoder.layers.1.attn"] == 4
     assert len(trained) == len(histories) == 2 and len(histories[0].loss) == 5
     for m, state in zip(models, before, strict=True):  # the inputs are untouched
         assert all(torch.equal(state[n], t) for n, t in m.state_dict().items())
@@ -288,8 +300,9 @@ def test_train_with_masks_trains_each_masked_model_as_alone():
             assert torch.equal(got[name].head_mask.cpu(), m)
         # a masked head's projections get no gradient, so they keep their initial values
         enc = got["encoder.layers.0.attn"]
-        if k == 0:
-            assert torch.equal(enc.W_Q[1].cpu(), before[0]["encoder.layers.0.attn.W_Q"][1])
+        for h in range(4):  # a masked head keeps its starting weights (wd = 0)
+            if mask["encoder.layers.0.attn"][h] == 0:
+                assert torch.equal(enc.W_Q[h].cpu(), before[k]["encoder.layers.0.attn.W_Q"][h])
         alone = copy.deepcopy(model)
         with head_masks(alone, mask):
             train(alone, _sample(data), replace(cfg, seed=[3, 4][k]), loss_fn=seq2seq_loss,

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from multihead._checks import check_callable, check_int, check_number
 from multihead.analysis.metrics import head_confidence
+from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import TrainConfig
 from multihead.core.ensemble import SeedEnsemble
 from multihead.core.ensemble_train import train_seeds
@@ -335,14 +336,73 @@ def train_with_masks(
             name=cache,
         )
     copies = [copy.deepcopy(m).cpu() for m in models]
+    plan = _shared_heads(copies, masks)
     with ExitStack() as stack:
         for model, mask in zip(copies, masks, strict=True):
             stack.enter_context(head_masks(model, {n: t.cpu() for n, t in mask.items()}))
+        if plan is not None:  # slice each copy to its planned heads (the copies are then
+            # only read by SeedEnsemble, so the full-size masks put back on exit do no harm)
+            for model, keep in zip(copies, plan, strict=True):
+                for name, module in attention_modules_of(model).items():
+                    drop = sorted(set(range(module.n_heads)) - set(keep[name].tolist()))
+                    if drop:
+                        module.prune_heads(drop)
         ensemble = SeedEnsemble(copies, list(seeds))  # the masks are stacked as buffers
     histories = train_seeds(
         ensemble, sample, cfg, loss_fn=loss_fn, pad=pad, progress=progress, desc="masked seeds"
     )
-    return [ensemble.pick(k) for k in range(len(copies))], histories
+    if plan is None:
+        return [ensemble.pick(k) for k in range(len(copies))], histories
+    out = []
+    for k, (model, mask, keep) in enumerate(zip(models, masks, plan, strict=True)):
+        out.append(_unslice(copy.deepcopy(model).cpu(), ensemble.pick(k).cpu(), mask, keep))
+    device = next(ensemble.parameters()).device
+    return [m.to(device).eval() for m in out], histories
+
+
+_PER_HEAD = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
+
+
+def _shared_heads(models: Sequence[nn.Module], masks: Sequence[Masks]) -> list[dict] | None:
+    """Which heads each model keeps in a batched masked run, so that masked heads are not
+    computed: per module, its own kept heads and then its first masked heads, up to the
+    largest number any model keeps there (the batched models need one shape; those extra
+    heads stay masked). ``None`` where a module cannot be sliced (talking heads).
+
+    Shapes: masks[k] {path: (heads,)} -> per model {path: (width,) head indices, ascending}.
+    """
+    modules = attention_modules_of(models[0])
+    if any(type(m) is not MultiHeadAttention for m in modules.values()):
+        return None
+    plan: list[dict[str, Tensor]] = [{} for _ in models]
+    for name, module in modules.items():
+        full = torch.ones(module.n_heads)
+        kept = [(mask.get(name, full).cpu() != 0) for mask in masks]
+        width = max(int(k.sum()) for k in kept)
+        for k, on in enumerate(kept):
+            extra = (~on).nonzero().flatten()[: width - int(on.sum())]
+            plan[k][name] = torch.cat([on.nonzero().flatten(), extra]).sort().values
+    return plan
+
+
+@torch.no_grad()
+def _unslice(target: nn.Module, trained: nn.Module, mask: Masks, keep: dict) -> nn.Module:
+    """``target`` (the full-size starting model) with the weights of ``trained`` (its sliced
+    copy after training) written back: each kept head to its own index, every other weight
+    as it is; heads outside ``keep`` keep their starting weights, and ``mask`` is in force."""
+    state = {name: t.clone() for name, t in target.state_dict().items()}
+    for name, value in trained.state_dict().items():
+        path, _, leaf = name.rpartition(".")
+        if path in keep and leaf in _PER_HEAD:
+            state[name][keep[path]] = value
+        elif leaf != "head_mask":
+            state[name] = value
+    for path, module in attention_modules_of(target).items():
+        state[f"{path}.head_mask"] = (
+            mask[path].cpu() if path in mask else torch.ones(module.n_heads)
+        )
+    target.load_state_dict(state)
+    return target
 
 
 def _state_digest(model: nn.Module) -> str:
