@@ -184,6 +184,10 @@ def test_translation_batches_in_length_groups_train_as_the_alone_runs(corpus, fl
     assert not ensemble.draws_at_random  # no dropout, no gates: the groups are used
     ensemble.set_head_gates(lambda path, b, h, gens: None)
     assert ensemble.draws_at_random  # gates would be drawn once per group: one pass instead
+    ensemble.set_head_gates(lambda path, b, h, gens: None, fixed_per_step=True)
+    assert not ensemble.draws_at_random  # gates drawn once per step may be split
+    with pytest.raises(TypeError, match="fixed_per_step"):
+        ensemble.set_head_gates(None, fixed_per_step="yes")
 
 
 def test_a_model_with_dropout_is_not_split_into_length_groups(corpus):

@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -166,3 +167,119 @@ def test_fine_tune_with_gates_penalty_closes_heads_and_cleans_up():
         fine_tune_with_gates(_model(), sample, loss_fn, lam=-1.0, steps=1)
     with pytest.raises(ValueError, match="steps"):
         fine_tune_with_gates(_model(), sample, loss_fn, lam=0.1, steps=0)
+
+
+def _translation_data(n: int = 48):
+    from multihead.tasks.translation import Encoded
+
+    gen = torch.Generator().manual_seed(1)
+    src = torch.randint(2, 9, (n, 9), generator=gen)
+    tgt = torch.randint(2, 10, (n, 10), generator=gen)
+    tgt[:, 0] = 1  # <s>
+    for i in range(n):  # uneven lengths, padded with 0
+        src[i, 3 + i % 6 :] = 0
+        tgt[i, 4 + i % 5 :] = 0
+    return Encoded(src, tgt)
+
+
+def test_gates_together_equal_each_run_alone(monkeypatch):
+    from multihead.interventions.gates import fine_tune_with_gates, fine_tune_with_gates_together
+    from multihead.tasks import translation
+    from multihead.tasks.translation import SEQ2SEQ_PAD, sampler, seq2seq_loss, seq2seq_seed_loss
+
+    grouped = []
+    length_groups = translation.length_groups
+
+    def counting(*args):  # the gates are drawn once per step, so the batch may be split
+        grouped.append(args[2])
+        return length_groups(*args)
+
+    monkeypatch.setattr(translation, "length_groups", counting)
+
+    sample = sampler(_translation_data())
+    base = _model().double()
+    torch.manual_seed(5)
+    other = EncoderDecoder(base.cfg).double().eval()
+    models, lams, seeds = [base, base, other], [0.0, 0.5, 0.5], [0, 0, 3]
+    before = copy.deepcopy(base.state_dict())
+    together = fine_tune_with_gates_together(
+        models,
+        sample,
+        seq2seq_seed_loss,
+        lams=lams,
+        seeds=seeds,
+        steps=6,
+        batch_size=44,
+        gate_lr=0.3,
+        pad=SEQ2SEQ_PAD,
+        progress=False,
+    )  # fmt: skip  (44 rows: the loss takes them in two length groups)
+    assert grouped == [2] * 6  # two length groups at every step
+    assert all(torch.equal(t, base.state_dict()[n]) for n, t in before.items())  # inputs kept
+    for model, lam, seed, (tuned, run) in zip(models, lams, seeds, together, strict=True):
+        alone = copy.deepcopy(model)
+        ref = fine_tune_with_gates(
+            alone, sample, seq2seq_loss, lam=lam, steps=6, batch_size=44, gate_lr=0.3,
+            seed=seed, progress=False,
+        )  # fmt: skip
+        assert torch.allclose(torch.tensor(run.task_loss), torch.tensor(ref.task_loss), atol=1e-5)
+        assert torch.allclose(
+            torch.tensor(run.expected_heads), torch.tensor(ref.expected_heads), atol=1e-5
+        )
+        for n in ref.log_alpha:
+            assert torch.allclose(run.log_alpha[n], ref.log_alpha[n], atol=1e-5)
+            assert torch.equal(run.masks[n], ref.masks[n])
+        for n, t in alone.state_dict().items():
+            assert torch.allclose(tuned.state_dict()[n], t, atol=1e-5), n
+    # the penalty moved the gates: the two runs of one model differ
+    assert together[0][1].expected_heads[-1] > together[1][1].expected_heads[-1]
+
+
+def test_gates_together_bad_input():
+    from multihead.interventions.gates import fine_tune_with_gates_together
+    from multihead.tasks.translation import sampler, seq2seq_seed_loss
+
+    sample, m = sampler(_translation_data()), _model()
+    kw = {"steps": 1, "progress": False}
+    with pytest.raises(TypeError, match="models"):
+        fine_tune_with_gates_together(m, sample, seq2seq_seed_loss, lams=[0.1], seeds=[0], **kw)
+    with pytest.raises(ValueError, match="lams must be a list of 2"):
+        fine_tune_with_gates_together(
+            [m, m], sample, seq2seq_seed_loss, lams=[0.1], seeds=[0, 1], **kw
+        )
+    with pytest.raises(ValueError, match=r"lams\[1\]"):
+        fine_tune_with_gates_together(
+            [m, m], sample, seq2seq_seed_loss, lams=[0.1, -1], seeds=[0, 1], **kw
+        )
+    with pytest.raises(ValueError, match=r"seeds\[0\]"):
+        fine_tune_with_gates_together([m], sample, seq2seq_seed_loss, lams=[0.1], seeds=[-2], **kw)
+    with pytest.raises(ValueError, match="steps"):
+        fine_tune_with_gates_together(
+            [m], sample, seq2seq_seed_loss, lams=[0.1], seeds=[0], steps=0
+        )
+    cfg = ModelConfig(vocab_size=9, n_classes=10, d_model=16, n_heads=4, n_layers=1, dropout=0.1)
+    with pytest.raises(ValueError, match="dropout"):
+        fine_tune_with_gates_together(
+            [EncoderDecoder(cfg)], sample, seq2seq_seed_loss, lams=[0.1], seeds=[0], **kw
+        )
+
+
+def test_gates_together_on_a_pruned_model():
+    from multihead.interventions.gates import fine_tune_with_gates, fine_tune_with_gates_together
+    from multihead.interventions.pruning import prune_model
+    from multihead.tasks.translation import SEQ2SEQ_PAD, sampler, seq2seq_loss, seq2seq_seed_loss
+
+    sample = sampler(_translation_data())
+    pruned = prune_model(_model().double(), {"encoder.layers.0.attn": torch.tensor([1.0, 0, 0, 1])})
+    (tuned, run), _ = fine_tune_with_gates_together(
+        [pruned, pruned], sample, seq2seq_seed_loss, lams=[0.2, 0.0], seeds=[2, 2], steps=3,
+        batch_size=44, pad=SEQ2SEQ_PAD, progress=False,
+    )  # fmt: skip
+    assert run.log_alpha["encoder.layers.0.attn"].shape == (2,)
+    alone = copy.deepcopy(pruned)
+    ref = fine_tune_with_gates(
+        alone, sample, seq2seq_loss, lam=0.2, steps=3, batch_size=44, seed=2, progress=False
+    )
+    assert torch.allclose(torch.tensor(run.task_loss), torch.tensor(ref.task_loss), atol=1e-5)
+    for n in ref.log_alpha:
+        assert torch.allclose(run.log_alpha[n], ref.log_alpha[n], atol=1e-5)

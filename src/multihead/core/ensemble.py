@@ -131,22 +131,31 @@ class SeedEnsemble(nn.Module):
                 g.set_state(dropout_states[i])
             self.generators.append(g)
         self.head_gates: HeadGates | None = None
+        self._gates_fixed = False
 
-    def set_head_gates(self, fn: HeadGates | None) -> None:
+    def set_head_gates(self, fn: HeadGates | None, *, fixed_per_step: bool = False) -> None:
         """Multiply each head's ``z`` by ``fn(path, batch, n_heads, generators)`` while the
         ensemble trains (``None`` from ``fn``, or ``fn=None``: no gate). ``path`` names the
         attention module as in the model, ``generators`` are the seeds' own generators.
+
+        ``fixed_per_step=True`` promises that ``fn`` gives every row the same gates until the
+        caller draws new ones between steps (Hard Concrete gates drawn once per step): then a
+        batch may go through in several passes (``draws_at_random`` is False).
 
         Shapes: fn(...) -> (K, batch, heads) or None.
         """
         if fn is not None:
             check_callable("fn", fn, "fn(path, batch, n_heads, generators) -> (K, batch, heads)")
+        if not isinstance(fixed_per_step, bool):
+            raise TypeError(f"fixed_per_step must be True or False, got {fixed_per_step!r}")
         self.head_gates = fn
+        self._gates_fixed = fixed_per_step
 
     @property
     def draws_at_random(self) -> bool:
         """Whether a training forward pass draws masks (dropout, attention dropout or head
-        gates): then splitting a batch into several passes changes what is drawn.
+        gates not fixed per step): then splitting a batch into several passes changes what is
+        drawn.
 
         Shapes: none.
         """
@@ -157,7 +166,7 @@ class SeedEnsemble(nn.Module):
             or (isinstance(m, MultiHeadAttention) and m.attn_dropout > 0)
             for m in self.template.modules()
         )
-        return dropout or self.head_gates is not None
+        return dropout or (self.head_gates is not None and not self._gates_fixed)
 
     def _gate(self, path: str, z: Tensor) -> Tensor:
         """Shapes: z (K, B, heads, Sq, d_value) -> the same, times the head gates."""
