@@ -169,17 +169,18 @@ def test_fine_tune_with_gates_penalty_closes_heads_and_cleans_up():
         fine_tune_with_gates(_model(), sample, loss_fn, lam=0.1, steps=0)
 
 
-def _translation_data(n: int = 48):
-    from multihead.tasks.translation import Encoded
+def _translation(seed: int = 0):
+    """A small translation corpus (encoded) and a model sized to it, built with ``seed``."""
+    from multihead.tasks.corpus import make_corpus
+    from multihead.tasks.translation import encode
 
-    gen = torch.Generator().manual_seed(1)
-    src = torch.randint(2, 9, (n, 9), generator=gen)
-    tgt = torch.randint(2, 10, (n, 10), generator=gen)
-    tgt[:, 0] = 1  # <s>
-    for i in range(n):  # uneven lengths, padded with 0
-        src[i, 3 + i % 6 :] = 0
-        tgt[i, 4 + i % 5 :] = 0
-    return Encoded(src, tgt)
+    corpus = make_corpus(80, seed=0)
+    cfg = ModelConfig(
+        vocab_size=len(corpus.src_vocab), n_classes=len(corpus.tgt_vocab), d_model=16, n_heads=4,
+        n_layers=2, n_decoder_layers=2, max_len=32,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return encode(corpus, corpus.train), EncoderDecoder(cfg).double().eval()
 
 
 def test_gates_together_equal_each_run_alone(monkeypatch):
@@ -196,10 +197,8 @@ def test_gates_together_equal_each_run_alone(monkeypatch):
 
     monkeypatch.setattr(translation, "length_groups", counting)
 
-    sample = sampler(_translation_data())
-    base = _model().double()
-    torch.manual_seed(5)
-    other = EncoderDecoder(base.cfg).double().eval()
+    data, base = _translation()
+    sample, other = sampler(data), _translation(seed=5)[1]
     models, lams, seeds = [base, base, other], [0.0, 0.5, 0.5], [0, 0, 3]
     before = copy.deepcopy(base.state_dict())
     together = fine_tune_with_gates_together(
@@ -239,7 +238,8 @@ def test_gates_together_bad_input():
     from multihead.interventions.gates import fine_tune_with_gates_together
     from multihead.tasks.translation import sampler, seq2seq_seed_loss
 
-    sample, m = sampler(_translation_data()), _model()
+    data, m = _translation()
+    sample = sampler(data)
     kw = {"steps": 1, "progress": False}
     with pytest.raises(TypeError, match="models"):
         fine_tune_with_gates_together(m, sample, seq2seq_seed_loss, lams=[0.1], seeds=[0], **kw)
@@ -269,8 +269,9 @@ def test_gates_together_on_a_pruned_model():
     from multihead.interventions.pruning import prune_model
     from multihead.tasks.translation import SEQ2SEQ_PAD, sampler, seq2seq_loss, seq2seq_seed_loss
 
-    sample = sampler(_translation_data())
-    pruned = prune_model(_model().double(), {"encoder.layers.0.attn": torch.tensor([1.0, 0, 0, 1])})
+    data, model = _translation()
+    sample = sampler(data)
+    pruned = prune_model(model, {"encoder.layers.0.attn": torch.tensor([1.0, 0, 0, 1])})
     (tuned, run), _ = fine_tune_with_gates_together(
         [pruned, pruned], sample, seq2seq_seed_loss, lams=[0.2, 0.0], seeds=[2, 2], steps=3,
         batch_size=44, pad=SEQ2SEQ_PAD, progress=False,
