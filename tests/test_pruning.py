@@ -275,6 +275,9 @@ def test_train_with_masks_trains_each_masked_model_as_alone(monkeypatch):
     masks[0]["encoder.layers.0.attn"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
     masks[1]["encoder.layers.0.attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
     masks[1]["decoder.layers.1.cross_attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    # a module missing from a mask keeps the model's own mask
+    dict(attention_modules(models[1]))["decoder.layers.0.attn"].head_mask[2] = 0.0
+    del masks[1]["decoder.layers.0.attn"]
     before = [copy.deepcopy(m.state_dict()) for m in models]
     cfg = TrainConfig(steps=5, batch_size=4, lr=1e-2, warmup=0, grad_clip=0.0)
     widths = {}
@@ -291,6 +294,7 @@ def test_train_with_masks_trains_each_masked_model_as_alone(monkeypatch):
     )  # fmt: skip
     assert widths["encoder.layers.0.attn"] == 2  # the most heads either model keeps there
     assert widths["decoder.layers.1.cross_attn"] == 4 and widths["encoder.layers.1.attn"] == 4
+    assert widths["decoder.layers.0.attn"] == 4  # model 0 keeps all four there
     assert len(trained) == len(histories) == 2 and len(histories[0].loss) == 5
     for m, state in zip(models, before, strict=True):  # the inputs are untouched
         assert all(torch.equal(state[n], t) for n, t in m.state_dict().items())
@@ -298,6 +302,8 @@ def test_train_with_masks_trains_each_masked_model_as_alone(monkeypatch):
         got = dict(attention_modules(trained[k]))
         for name, m in mask.items():
             assert torch.equal(got[name].head_mask.cpu(), m)
+        own = before[k]["decoder.layers.0.attn.head_mask"]
+        assert torch.equal(got["decoder.layers.0.attn"].head_mask.cpu(), own)
         # a masked head's projections get no gradient, so they keep their initial values
         enc = got["encoder.layers.0.attn"]
         for h in range(4):  # a masked head keeps its starting weights (wd = 0)

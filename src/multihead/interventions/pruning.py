@@ -375,9 +375,12 @@ def _shared_heads(models: Sequence[nn.Module], masks: Sequence[Masks]) -> list[d
     if any(type(m) is not MultiHeadAttention for m in modules.values()):
         return None
     plan: list[dict[str, Tensor]] = [{} for _ in models]
-    for name, module in modules.items():
-        full = torch.ones(module.n_heads)
-        kept = [(mask.get(name, full).cpu() != 0) for mask in masks]
+    own = [attention_modules_of(m) for m in models]  # a module missing from a mask keeps its own
+    for name in modules:
+        kept = [
+            (mask.get(name, o[name].head_mask).cpu() != 0)
+            for mask, o in zip(masks, own, strict=True)
+        ]
         width = max(int(k.sum()) for k in kept)
         for k, on in enumerate(kept):
             extra = (~on).nonzero().flatten()[: width - int(on.sum())]
@@ -389,7 +392,8 @@ def _shared_heads(models: Sequence[nn.Module], masks: Sequence[Masks]) -> list[d
 def _unslice(target: nn.Module, trained: nn.Module, mask: Masks, keep: dict) -> nn.Module:
     """``target`` (the full-size starting model) with the weights of ``trained`` (its sliced
     copy after training) written back: each kept head to its own index, every other weight
-    as it is; heads outside ``keep`` keep their starting weights, and ``mask`` is in force."""
+    as it is; heads outside ``keep`` keep their starting weights, and ``mask`` is in force
+    (a module missing from it keeps its own mask, as ``head_masks`` leaves it)."""
     state = {name: t.clone() for name, t in target.state_dict().items()}
     for name, value in trained.state_dict().items():
         path, _, leaf = name.rpartition(".")
@@ -397,10 +401,8 @@ def _unslice(target: nn.Module, trained: nn.Module, mask: Masks, keep: dict) -> 
             state[name][keep[path]] = value
         elif leaf != "head_mask":
             state[name] = value
-    for path, module in attention_modules_of(target).items():
-        state[f"{path}.head_mask"] = (
-            mask[path].cpu() if path in mask else torch.ones(module.n_heads)
-        )
+    for path, m in mask.items():  # the other modules keep the mask they came with
+        state[f"{path}.head_mask"] = m.cpu()
     target.load_state_dict(state)
     return target
 
