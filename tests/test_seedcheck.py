@@ -114,8 +114,8 @@ def test_the_markdown_summary_lists_what_failed():
         200: {"05_x": {"records": [{**rec, "ok": False, "sides": [5.0, 4.0]}], "errors": []}},
     }
     text = render(sweep)
-    assert "Offsets 100, 200 (2 runs" in text and "fast mode" in text
-    assert "`python -m multihead.tools.seedcheck --offsets 100 200`" in text
+    assert "Offsets 100, 200 (2 runs of notebook 05 in fast mode" in text
+    assert "`python -m multihead.tools.seedcheck --offsets 100 200 --notebooks 05`" in text
     assert "0 held at every offset, 1 failed" in text
     assert "| 05 | 3 | `a < b \\| c` | 200 | -1 |" in text  # the pipe escaped for the table
 

@@ -213,6 +213,11 @@ def closeness(row: dict) -> float | None:
     return min(margins) / sd if sd > 0 else None
 
 
+def _notebook_paths() -> list[Path]:
+    root = Path(__file__).resolve().parents[3]
+    return sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+
+
 def _order(paths: list[Path]) -> list[Path]:
     # 05 trains the models 06 and 07 load: run it first.
     return sorted(paths, key=lambda p: (not p.name.startswith("05"), p.name))
@@ -229,10 +234,16 @@ def render(sweep: dict[int, dict]) -> str:
     offsets = sorted(sweep)
     full = any(_full(sweep))
     command = "python -m multihead.tools.seedcheck --offsets " + " ".join(map(str, offsets))
+    ran = sorted({name.split("_")[0] for notebooks in sweep.values() for name in notebooks})
+    every = {p.name.split("_")[0] for p in _notebook_paths()}
+    what = "every notebook"
+    if set(ran) != every:  # a sweep of some notebooks says which
+        what = ("notebook " if len(ran) == 1 else "notebooks ") + ", ".join(ran)
+        command += " --notebooks " + " ".join(ran)
     command += " --full" if full else ""
     lines = [
         "<!-- written by python -m multihead.tools.seedcheck --markdown; do not edit -->",
-        f"Offsets {', '.join(map(str, offsets))} ({len(offsets)} runs of every notebook in "
+        f"Offsets {', '.join(map(str, offsets))} ({len(offsets)} runs of {what} in "
         f"{'full' if full else 'fast'} mode, `{command}`): "
         f"{len(failing) + len(held)} asserts ran, {len(held)} held at every offset, "
         f"{len(failing)} failed at one or more.",
@@ -306,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int, dict]:
     root = Path(__file__).resolve().parents[3]
-    paths = sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+    paths = _notebook_paths()
     if args.notebooks:
         paths = [p for p in paths if any(p.name.startswith(n) for n in args.notebooks)]
         if not paths:
