@@ -439,17 +439,14 @@ def fine_tune_with_gates_together(
     for k, m in enumerate(models):
         if not isinstance(m, nn.Module):
             raise TypeError(f"models[{k}] must be a torch.nn.Module, got {type(m).__name__}")
-        if any(
-            (isinstance(x, nn.Dropout) and x.p > 0) or getattr(x, "attn_dropout", 0) > 0
-            for x in m.modules()
-        ):
-            raise ValueError(
-                f"models[{k}] has dropout: its draws would not be those of a run alone; "
-                "use fine_tune_with_gates for it"
-            )
     dev = next(models[0].parameters()).device
-    # the ensemble's own seeds only seed dropout, which these models do not have
+    # the ensemble's own seeds only seed dropout, which these models may not have
     ensemble = SeedEnsemble([copy.deepcopy(m).cpu() for m in models], list(range(K))).to(dev)
+    if ensemble.train().draws_at_random:  # one architecture: models[0] speaks for all
+        raise ValueError(
+            "models have dropout: their draws would not be those of a run alone; "
+            "use fine_tune_with_gates for them"
+        )
     weights = list(ensemble.parameters())  # before the gates join it as a submodule
     gates = _SeedGates(ensemble, list(seeds), **gate_kwargs).to(dev)
     ensemble.set_head_gates(gates, fixed_per_step=True)
