@@ -33,7 +33,7 @@ SUPPORT = {
     "exercises._common",
     "viz.diagrams", "viz.model_diagrams", "viz.chapter_pictures", "viz.drawing",
 }  # fmt: skip
-SUPPORT |= {"core.ensemble", "core.ensemble_train"}  # batched seeds, for the notebooks to adopt
+
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
 
 

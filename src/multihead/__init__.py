@@ -34,12 +34,12 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "core.ensemble", "core.ensemble_train", "tasks.synthetic",
+        "core.train", "tasks.synthetic",
         "interventions.symmetry", "viz.claims", "viz.glue", "exercises",
     ),
     "03_low_rank_bottleneck": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.progress",
-        "core.runtime", "core.train", "core.ensemble", "core.ensemble_train", "tasks.synthetic",
+        "core.runtime", "core.train", "tasks.synthetic",
         "analysis.cost", "analysis.lowrank", "viz.claims", "viz.glue", "viz.widgets", "exercises",
     ),
     "04_talking_heads": (

@@ -41,6 +41,18 @@ def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = Non
     return value
 
 
+def check_seeds(name: str, seeds: Any) -> tuple[int, ...]:
+    """Return ``seeds`` as a tuple if it is a non-empty sequence of different ints >= 0."""
+    if isinstance(seeds, (str, bytes, Tensor)) or not hasattr(seeds, "__len__"):
+        raise TypeError(f"{name} must be a list of ints (one per seed), got {seeds!r}")
+    out = tuple(check_int(f"{name}[{i}]", s, 0) for i, s in enumerate(seeds))
+    if not out:
+        raise ValueError(f"{name} is empty: pass at least one seed")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}={list(out)} repeats a seed; each seed must be different")
+    return out
+
+
 def check_number(
     name: str, value: Any, lo: float | None = None, hi: float | None = None, closed: str = "[]"
 ) -> float:

@@ -1,4 +1,10 @@
-"""A small, seeded training loop with a progress bar, evaluation and a checkpoint cache."""
+"""A small, seeded training loop with a progress bar, evaluation and a checkpoint cache.
+
+``train`` is the one training loop of the package. ``train_seeds`` runs it once per seed,
+one seed after another: each seed gets its own start (``torch.manual_seed(seed)`` before
+the model is built) and its own batches (``cfg.seed = seed``), and so a replicate is exactly
+the model ``train`` gives for that seed alone.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,15 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from multihead._checks import check_callable, check_seeds
 from multihead.core.config import TrainConfig
 from multihead.core.progress import progress as progress_bar
 from multihead.core.runtime import device as default_device
@@ -26,8 +33,6 @@ TRAINING_MODULES = (
     "_checks.py",
     "core/attention.py",
     "core/config.py",
-    "core/ensemble.py",
-    "core/ensemble_train.py",
     "core/hooks.py",
     "core/model.py",
     "core/runtime.py",
@@ -127,6 +132,8 @@ def train(
         if on_step is not None:
             on_step(model, step)
         loss = loss_fn(model, _to(sample(cfg.batch_size, generator), dev))
+        if not isinstance(loss, Tensor) or loss.ndim != 0:
+            raise TypeError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip:
@@ -143,6 +150,62 @@ def train(
     model.eval()
     history.seconds = time.perf_counter() - start
     return history
+
+
+def train_seeds(
+    seeds: Sequence[int],
+    make: Callable[[int], nn.Module],
+    sample: Sampler,
+    cfg: TrainConfig,
+    *,
+    loss_fn: LossFn = token_loss,
+    evaluate: Callable[[nn.Module], dict] | None = None,
+    device: torch.device | None = None,
+    progress: bool = False,
+    desc: str = "training",
+    on_step: Callable[[nn.Module, int], None] | None = None,
+    cache: str | None = None,
+    key: object = None,
+) -> tuple[list[nn.Module], list[History]]:
+    """One model per seed: ``torch.manual_seed(seed)``, ``model = make(seed)``, then
+    ``train(model, sample, cfg with seed=seed, ...)``, seed after seed.
+
+    With ``cache`` (a short name such as ``"ch6_tagger"``) each seed's model is kept in the
+    checkpoint cache (``cached_train``) under ``key`` and the seed's config: ``key`` must
+    describe whatever ``make``, ``sample``, ``loss_fn`` and ``on_step`` depend on (data
+    sizes, model config...), and a seed found in the cache is loaded instead of trained.
+    An ``on_step`` that attaches hooks (a DropHead schedule) must follow the model it is
+    given, since every seed brings a new one.
+
+    Returns the models (in eval mode, on ``device``) and their histories, in seed order.
+
+    Shapes: as ``train``.
+    """
+    seeds = check_seeds("seeds", seeds)
+    check_callable("make", make, "make(seed) -> a new model")
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if cache is not None and (not isinstance(cache, str) or not cache.isidentifier()):
+        raise ValueError(f"cache={cache!r} must be None or a short identifier such as 'ch6'")
+    dev = device or default_device()
+    models, histories = [], []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = make(seed)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"make({seed}) must return a torch.nn.Module, got {type(model)}")
+        seed_cfg = replace(cfg, seed=seed)
+
+        def run(model: nn.Module = model, seed_cfg: TrainConfig = seed_cfg) -> History:
+            return train(model, sample, seed_cfg, loss_fn=loss_fn, evaluate=evaluate,
+                         device=dev, progress=progress, desc=f"{desc}, seed {seed_cfg.seed}",
+                         on_step=on_step)  # fmt: skip
+
+        histories.append(
+            run() if cache is None else cached_train(cache, model, (key, seed_cfg), run)
+        )
+        models.append(model.to(dev).eval())
+    return models, histories
 
 
 def cache_dir() -> Path:

@@ -6,12 +6,6 @@ are multiplied by ``h / K`` (``K`` = number kept) and, if all were dropped, one 
 is kept with factor ``h``. ``DropHead`` applies this gate to every attention module of a
 model through a forward hook on its ``z`` hook point (``multihead.core.hooks``), so the
 attention module itself knows nothing of it; in eval mode the hook does nothing.
-
-A ``SeedEnsemble`` (``multihead.core.ensemble``) trains without hooks; ``SeedDropHead`` gives
-it DropHead instead, one rate per seed, each seed's gates drawn from that seed's own
-generator in the order the hook draws them for the seed alone, so that on the CPU a batched
-seed trained with ``seed_drophead_schedule`` equals the seed trained alone with
-``drophead_schedule``.
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ from torch import Tensor, nn
 
 from multihead._checks import check_choice, check_int, check_positive_int, check_probability
 from multihead.core.attention import MultiHeadAttention
-from multihead.core.ensemble import SeedEnsemble
 from multihead.core.hooks import HookHandles, add_hooks
 from multihead.core.model import attention_modules
 
@@ -169,7 +162,8 @@ class DropHead:
 class DropHeadSchedule:
     """An ``on_step(model, step)`` callback for ``multihead.core.train.train``: on the first
     step it attaches ``DropHead`` to the model, and before every step it sets the rate
-    ``drophead_rate(step, total, p, schedule, turn)``. ``remove()`` detaches DropHead.
+    ``drophead_rate(step, total, p, schedule, turn)``. Given another model (the next seed of
+    ``train_seeds``), it moves DropHead to that model. ``remove()`` detaches DropHead.
 
     Shapes: none.
     """
@@ -178,106 +172,28 @@ class DropHeadSchedule:
         drophead_rate(0, total, p, schedule, turn)  # validate once, up front
         self.p, self.total, self.schedule, self.turn = p, total, schedule, turn
         self.drophead: DropHead | None = None
+        self.model: nn.Module | None = None
 
     def __call__(self, model: nn.Module, step: int) -> None:
         rate = drophead_rate(step, self.total, self.p, self.schedule, self.turn)
-        if self.drophead is None:
-            self.drophead = DropHead(model, rate)
+        if self.model is not model:
+            self.remove()
+            self.drophead, self.model = DropHead(model, rate), model
         self.drophead.p = rate
 
     def remove(self) -> None:
         """Detach the DropHead hooks, if attached. Shapes: none."""
         if self.drophead is not None:
             self.drophead.remove()
-            self.drophead = None
+            self.drophead, self.model = None, None
 
 
 def drophead_schedule(
     p: float, total: int, schedule: str = "constant", turn: int = 0
 ) -> DropHeadSchedule:
     """DropHead during training at rate ``p`` (``"constant"``) or on the V schedule: pass
-    the result as ``on_step`` to ``train`` or ``train_translation_model``.
+    the result as ``on_step`` to ``train``, ``train_seeds`` or ``train_translation_models``.
 
     Shapes: none.
     """
     return DropHeadSchedule(p, total, schedule, turn)
-
-
-class SeedDropHead:
-    """DropHead on every attention module of a ``SeedEnsemble`` while it trains, at rate
-    ``rates[k]`` for seed ``k`` (set ``rates`` at any time; a rate of 0 draws nothing, as the
-    hook alone does). ``remove()`` takes the gates off the ensemble.
-
-    Shapes: gates (K, batch, heads), each seed's drawn by ``drophead_gate``.
-    """
-
-    def __init__(self, ensemble: SeedEnsemble, rates: list[float] | tuple[float, ...]) -> None:
-        if not isinstance(ensemble, SeedEnsemble):
-            raise TypeError(f"ensemble must be a SeedEnsemble (stack_seeds), got {type(ensemble)}")
-        self.ensemble = ensemble
-        self.rates = self._check_rates(rates)
-        ensemble.set_head_gates(self._gates)
-
-    def _check_rates(self, rates: object) -> list[float]:
-        k = self.ensemble.n_seeds
-        if isinstance(rates, (str, bytes)) or not isinstance(rates, (list, tuple)):
-            raise TypeError(f"rates must be a list of {k} drop rates (one per seed), got {rates!r}")
-        if len(rates) != k:
-            raise ValueError(f"rates holds {len(rates)} rates but the ensemble has {k} seeds")
-        return [check_probability(f"rates[{i}]", r) for i, r in enumerate(rates)]
-
-    def set_rates(self, rates: list[float] | tuple[float, ...]) -> None:
-        """Change the per-seed rates (a schedule). Shapes: none."""
-        self.rates = self._check_rates(rates)
-
-    def _gates(self, path: str, batch: int, n_heads: int, generators: list) -> Tensor | None:
-        if not any(self.rates):
-            return None
-        # float64 gates, cast by the ensemble: h / K rounds as the hook's own dtype rounds it
-        ones = torch.ones(batch, n_heads, dtype=torch.float64)
-        return torch.stack(
-            [
-                drophead_gate(batch, n_heads, p, generator=g, dtype=torch.float64) if p else ones
-                for p, g in zip(self.rates, generators, strict=True)
-            ]
-        )  # (K, batch, heads)
-
-    def remove(self) -> None:
-        """Take the gates off the ensemble. Shapes: none."""
-        self.ensemble.set_head_gates(None)
-
-
-class SeedDropHeadSchedule:
-    """An ``on_step(ensemble, step)`` callback for ``core.ensemble_train.train_seeds``: the
-    batched counterpart of ``DropHeadSchedule``, with the same rate for every seed.
-
-    Shapes: none.
-    """
-
-    def __init__(self, p: float, total: int, schedule: str = "constant", turn: int = 0) -> None:
-        drophead_rate(0, total, p, schedule, turn)  # validate once, up front
-        self.p, self.total, self.schedule, self.turn = p, total, schedule, turn
-        self.drophead: SeedDropHead | None = None
-
-    def __call__(self, ensemble: SeedEnsemble, step: int) -> None:
-        rate = drophead_rate(step, self.total, self.p, self.schedule, self.turn)
-        if self.drophead is None:
-            self.drophead = SeedDropHead(ensemble, [rate] * getattr(ensemble, "n_seeds", 0))
-        self.drophead.set_rates([rate] * ensemble.n_seeds)
-
-    def remove(self) -> None:
-        """Take DropHead off the ensemble, if attached. Shapes: none."""
-        if self.drophead is not None:
-            self.drophead.remove()
-            self.drophead = None
-
-
-def seed_drophead_schedule(
-    p: float, total: int, schedule: str = "constant", turn: int = 0
-) -> SeedDropHeadSchedule:
-    """DropHead at rate ``p`` (``"constant"``) or on the V schedule for every seed of a
-    ``SeedEnsemble``: pass the result as ``on_step`` to ``train_seeds``.
-
-    Shapes: none.
-    """
-    return SeedDropHeadSchedule(p, total, schedule, turn)

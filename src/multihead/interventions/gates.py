@@ -13,13 +13,10 @@ number of open gates, the L0 penalty, is differentiable.
 Gates act on a model through the hook API (``attach_gates``): a forward hook on each gated
 module's ``z`` multiplies every head's output by its gate, on top of the module's
 ``head_mask``, so no model code changes, and ``HeadGates.remove`` detaches the hooks.
-``fine_tune_with_gates_together`` runs several gated fine-tunes as one batched model
-(``core.ensemble.SeedEnsemble``), each run as it would be alone.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +25,6 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_positive_int
-from multihead.core.ensemble import SeedEnsemble
-from multihead.core.ensemble_train import stack_batches
 from multihead.core.hooks import add_hooks
 from multihead.core.model import attention_modules
 from multihead.core.progress import progress as progress_bar
@@ -307,176 +302,3 @@ def fine_tune_with_gates(
         run.log_alpha = {n: gates.gate(n).log_alpha.detach().cpu().clone() for n in gates.names}
         gates.remove()
     return run
-
-
-class _SeedGates(nn.Module):
-    """Hard Concrete gates on every head of every member of a ``SeedEnsemble``, drawn once
-    per training step (``draw``) and shared by all rows of the step's batch, as the gates of
-    ``HeadGates`` are on one model.
-
-    Member ``k`` draws its uniforms from its own generator, seeded with ``seeds[k]``, module
-    by module in the model's order and ``(heads,)`` at a time: the draws that
-    ``fine_tune_with_gates`` makes from torch's global generator after
-    ``torch.manual_seed(seeds[k])``, in a model that draws nothing else.
-
-    Shapes: log_alpha(path) (K, heads); draw() -> None; expected_l0() -> (K,).
-    """
-
-    def __init__(self, ensemble: nn.Module, seeds: list[int], **gate_kwargs: float) -> None:
-        super().__init__()
-        modules = dict(attention_modules(ensemble.template))
-        self.names = list(modules)
-        # a HardConcreteGate per module checks the arguments and gives the starting log_alpha
-        proto = {n: HardConcreteGate(m.n_heads, **gate_kwargs) for n, m in modules.items()}
-        self.stretch = next(iter(proto.values()))._stretch()
-        K = len(seeds)
-        self.log_alpha = nn.ParameterDict(
-            {
-                n.replace(".", "/"): nn.Parameter(g.log_alpha.detach().repeat(K, 1))
-                for n, g in proto.items()
-            }
-        )
-        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        self._drawn: dict[str, Tensor] = {}
-
-    def alpha(self, name: str) -> Tensor:
-        """The ``log_alpha`` of one module. Shapes: -> (K, heads)."""
-        return self.log_alpha[name.replace(".", "/")]
-
-    def draw(self) -> None:
-        """New gates for the next step (differentiable in ``log_alpha``)."""
-        # per member, (heads,) per module, in the order one model draws them
-        u = [
-            [torch.rand(self.alpha(n).shape[1], generator=g) for n in self.names]
-            for g in self.generators
-        ]
-        self._drawn = {}
-        for i, n in enumerate(self.names):
-            u_n = torch.stack([member[i] for member in u]).clamp(1e-6, 1 - 1e-6)  # (K, heads)
-            self._drawn[n] = hard_concrete(
-                self.alpha(n), u_n.to(self.alpha(n).device), *self.stretch
-            )
-
-    def __call__(self, path: str, batch: int, n_heads: int, generators) -> Tensor:
-        """The step's gates of module ``path``, the same for every row.
-
-        Shapes: -> (K, batch, heads).
-        """
-        if path not in self._drawn:
-            raise RuntimeError("call draw() before each training step")
-        g = self._drawn[path]
-        return g[:, None, :].expand(g.shape[0], batch, n_heads)
-
-    def expected_l0(self) -> Tensor:
-        """Each member's expected number of open heads. Shapes: -> (K,)."""
-        return sum(_expected_l0_rows(self.alpha(n), *self.stretch) for n in self.names)
-
-    @torch.no_grad()
-    def masks(self, k: int, head_masks: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Member ``k``'s test-time gates times its base masks. Shapes: {path: (heads,)}."""
-        return {
-            n: (
-                head_masks[n].cpu() * deterministic_gate(self.alpha(n)[k], *self.stretch).cpu()
-            ).float()
-            for n in self.names
-        }
-
-
-def _expected_l0_rows(
-    log_alpha: Tensor, beta: float = BETA, gamma: float = GAMMA, zeta: float = ZETA
-) -> Tensor:
-    """``expected_l0`` of each row. Shapes: (K, gates) -> (K,)."""
-    check_stretch(beta, gamma, zeta)
-    return torch.sigmoid(log_alpha - beta * math.log(-gamma / zeta)).sum(-1)
-
-
-def fine_tune_with_gates_together(
-    models: list[nn.Module],
-    sample: Callable[[int, torch.Generator], tuple[Tensor, ...]],
-    seed_loss_fn: Callable[[nn.Module, tuple[Tensor, ...]], Tensor],
-    *,
-    lams: list[float],
-    seeds: list[int],
-    steps: int,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    gate_lr: float = 0.05,
-    pad: tuple[int, ...] | None = None,
-    progress: bool = True,
-    **gate_kwargs: float,
-) -> list[tuple[nn.Module, GatedRun]]:
-    """``fine_tune_with_gates`` for several runs at once, as one batched model
-    (``core.ensemble.SeedEnsemble``): run ``k`` fine-tunes a copy of ``models[k]`` with the
-    penalty ``lams[k]``, drawing its batches and gates with ``seeds[k]`` (runs may share a
-    model or a seed, e.g. a sweep over the penalty). ``seed_loss_fn`` returns one loss per
-    run (e.g. ``tasks.translation.seq2seq_seed_loss``); ``pad`` as in
-    ``core.ensemble_train.stack_batches``.
-
-    The gates are drawn once per step, so a batch may go through the model in several
-    passes (the translation loss's length groups). Run ``k`` is ``fine_tune_with_gates``
-    of ``models[k]`` with ``lam=lams[k]`` and ``seed=seeds[k]``, up to rounding, for models
-    that draw nothing else at random: models with dropout are refused. The inputs are not
-    changed.
-
-    Shapes: -> one (fine-tuned model in eval mode, GatedRun) per run.
-    """
-    if isinstance(models, nn.Module) or not isinstance(models, (list, tuple)) or not models:
-        raise TypeError("models must be a non-empty list of models, one per run")
-    K = len(models)
-    for name, values in (("lams", lams), ("seeds", seeds)):
-        if not isinstance(values, (list, tuple)) or len(values) != K:
-            raise ValueError(f"{name} must be a list of {K} values, one per model")
-    for k, lam in enumerate(lams):
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0:
-            raise ValueError(
-                f"lams[{k}]={lam!r} must be a number >= 0 (the weight of the L0 penalty)"
-            )
-    for k, s in enumerate(seeds):
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ValueError(f"seeds[{k}]={s!r} must be an int >= 0")
-    check_positive_int("steps", steps)
-    check_positive_int("batch_size", batch_size)
-    for k, m in enumerate(models):
-        if not isinstance(m, nn.Module):
-            raise TypeError(f"models[{k}] must be a torch.nn.Module, got {type(m).__name__}")
-    dev = next(models[0].parameters()).device
-    # the ensemble's own seeds only seed dropout, which these models may not have
-    ensemble = SeedEnsemble([copy.deepcopy(m).cpu() for m in models], list(range(K))).to(dev)
-    if ensemble.train().draws_at_random:  # one architecture: models[0] speaks for all
-        raise ValueError(
-            "models have dropout: their draws would not be those of a run alone; "
-            "use fine_tune_with_gates for them"
-        )
-    weights = list(ensemble.parameters())  # before the gates join it as a submodule
-    gates = _SeedGates(ensemble, list(seeds), **gate_kwargs).to(dev)
-    ensemble.set_head_gates(gates, fixed_per_step=True)
-    opt = torch.optim.Adam(
-        [{"params": weights, "lr": lr}, {"params": list(gates.parameters()), "lr": gate_lr}]
-    )
-    generators = [torch.Generator().manual_seed(s) for s in seeds]
-    lam = torch.tensor([float(x) for x in lams], device=dev)
-    runs = [GatedRun(masks={}) for _ in range(K)]
-    try:
-        ensemble.train()
-        for _ in progress_bar(range(steps), desc=f"gates, {K} runs", disable=not progress):
-            batch = stack_batches([sample(batch_size, g) for g in generators], pad)
-            gates.draw()
-            task = seed_loss_fn(ensemble, tuple(t.to(dev) for t in batch))  # (K,)
-            l0 = gates.expected_l0()  # (K,)
-            opt.zero_grad(set_to_none=True)
-            (task + lam * l0).sum().backward()
-            opt.step()
-            for run, t, e in zip(runs, task.tolist(), l0.tolist(), strict=True):
-                run.task_loss.append(t)
-                run.expected_heads.append(e)
-    finally:
-        ensemble.eval()
-        ensemble.set_head_gates(None)
-    out = []
-    for k, run in enumerate(runs):
-        tuned = ensemble.pick(k)
-        base = {n: m.head_mask for n, m in attention_modules(tuned)}
-        run.masks = gates.masks(k, base)
-        run.log_alpha = {n: gates.alpha(n)[k].detach().cpu().clone() for n in gates.names}
-        out.append((tuned, run))
-    return out

@@ -15,9 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor, nn
@@ -26,10 +24,8 @@ from multihead._checks import check_callable, check_int, check_number
 from multihead.analysis.metrics import head_confidence
 from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import TrainConfig
-from multihead.core.ensemble import SeedEnsemble
-from multihead.core.ensemble_train import train_seeds
 from multihead.core.hooks import hooks
-from multihead.core.train import History, cached_train, checkpoint_path
+from multihead.core.train import History, cached_train, train
 from multihead.interventions.ablation import (
     Masks,
     attention_modules_of,
@@ -280,25 +276,22 @@ def train_with_masks(
     *,
     loss_fn: Callable[[nn.Module, Batch], Tensor],
     seeds: Sequence[int],
-    pad: Sequence[int] | None = None,
     progress: bool = False,
     cache: str | None = None,
 ) -> tuple[list[nn.Module], list[History]]:
-    """Train copies of K models of one architecture, model ``k`` with the fixed head mask
-    ``masks[k]`` in force, as one batched model (``core.ensemble_train.train_seeds``).
+    """Train a copy of each model with its fixed head mask ``masks[k]`` in force, one after
+    another (``core.train.train``, batches drawn with ``seeds[k]``).
 
     A masked head writes nothing, so its projections get no gradient: this trains the
     pruned architecture (a fine-tune of a greedily pruned model, or, from fresh models, a
-    pruned architecture from scratch) without slicing, which lets models with different
-    masks share one batched run. Model ``k`` draws its batches with ``seeds[k]``;
-    ``loss_fn`` returns one loss per seed (e.g. ``tasks.translation.seq2seq_seed_loss``).
-    The inputs are not changed; the returned models carry their masks as head masks.
+    pruned architecture from scratch). While it trains, the copy is sliced to its kept heads
+    (a module with none keeps one, masked), so masked heads cost no computation; the trained
+    weights then go back into a full-size copy that carries the mask as its head masks
+    (talking-heads modules are not sliced). The inputs are not changed.
 
     With ``cache`` (a short name), each trained model goes to the checkpoint cache
-    (``core.train.checkpoint_path``) under a key made of its starting weights, its mask, its
-    seed, ``cfg``, the name of ``sample`` and ``loss_fn``, and this module's source; only the
-    missing ones are trained (as one batch), so a long run, such as a pruned architecture
-    trained from scratch, is paid once.
+    (``core.train.cached_train``) under a key made of its starting weights, its mask, its
+    seed, ``cfg`` and the names of ``sample`` and ``loss_fn``; a model found there is loaded.
 
     Shapes: masks[k] {path: (heads,)} of 0/1 -> (K models, K histories).
     """
@@ -310,8 +303,11 @@ def train_with_masks(
         raise TypeError(f"seeds must be a list of {len(models)} ints, got {seeds!r}")
     if len(seeds) != len(models):
         raise ValueError(f"seeds must hold {len(models)} ints (one per model), got {len(seeds)}")
+    seeds = [check_int(f"seeds[{k}]", s, 0) for k, s in enumerate(seeds)]
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    check_callable("sample", sample, "sample(batch_size, generator)")
+    check_callable("loss_fn", loss_fn, "loss_fn(model, batch) -> scalar loss")
     for k, (model, mask) in enumerate(zip(models, masks, strict=True)):
         if not isinstance(model, nn.Module):
             raise TypeError(f"models[{k}] must be a torch.nn.Module, got {type(model).__name__}")
@@ -323,137 +319,83 @@ def train_with_masks(
         raise ValueError(
             f"cache={cache!r} must be None or a short identifier such as 'ch7_scratch'"
         )
-    if cache is not None:
-        return _cached_masked_training(
-            models,
-            masks,
-            sample,
-            cfg,
-            loss_fn=loss_fn,
-            seeds=seeds,
-            pad=pad,
-            progress=progress,
-            name=cache,
-        )
-    copies = [copy.deepcopy(m).cpu() for m in models]
-    plan = _shared_heads(copies, masks)
-    with ExitStack() as stack:
-        for model, mask in zip(copies, masks, strict=True):
-            stack.enter_context(head_masks(model, {n: t.cpu() for n, t in mask.items()}))
-        if plan is not None:  # slice each copy to its planned heads (the copies are then
-            # only read by SeedEnsemble, so the full-size masks put back on exit do no harm)
-            for model, keep in zip(copies, plan, strict=True):
-                for name, module in attention_modules_of(model).items():
+    out, histories = [], []
+    for model, mask, seed in zip(models, masks, seeds, strict=True):
+        target = copy.deepcopy(model).cpu()
+
+        def run(model=model, mask=mask, seed=seed, target=target) -> History:
+            work = copy.deepcopy(model).cpu()
+            modules = attention_modules_of(work)
+            with torch.no_grad():
+                for name, m in mask.items():
+                    modules[name].head_mask.copy_(m)
+            keep = _kept_heads(work)
+            if keep is not None:
+                for name, module in modules.items():
                     drop = sorted(set(range(module.n_heads)) - set(keep[name].tolist()))
                     if drop:
                         module.prune_heads(drop)
-        ensemble = SeedEnsemble(copies, list(seeds))  # the masks are stacked as buffers
-    histories = train_seeds(
-        ensemble, sample, cfg, loss_fn=loss_fn, pad=pad, progress=progress, desc="masked seeds"
-    )
-    if plan is None:
-        return [ensemble.pick(k) for k in range(len(copies))], histories
-    out = []
-    for k, (model, mask, keep) in enumerate(zip(models, masks, plan, strict=True)):
-        out.append(_unslice(copy.deepcopy(model).cpu(), ensemble.pick(k).cpu(), mask, keep))
-    device = next(ensemble.parameters()).device
+            torch.manual_seed(seed)  # dropout, if the model has any
+            history = train(work, sample, replace(cfg, seed=seed), loss_fn=loss_fn,
+                            progress=progress,
+                            desc="masked model")  # fmt: skip
+            _unslice(target, work.cpu(), mask, keep)
+            return history
+
+        if cache is None:
+            histories.append(run())
+        else:
+            key = _masked_key(model, mask, seed, cfg, sample, loss_fn)
+            histories.append(cached_train(cache, target, key, run))
+        out.append(target)
+    device = next(models[0].parameters()).device
     return [m.to(device).eval() for m in out], histories
 
 
 _PER_HEAD = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
 
 
-def _shared_heads(models: Sequence[nn.Module], masks: Sequence[Masks]) -> list[dict] | None:
-    """Which heads each model keeps in a batched masked run, so that masked heads are not
-    computed: per module, its own kept heads and then its first masked heads, up to the
-    largest number any model keeps there (the batched models need one shape; those extra
-    heads stay masked). ``None`` where a module cannot be sliced (talking heads).
+def _kept_heads(model: nn.Module) -> dict[str, Tensor] | None:
+    """Which heads of each module to keep while a masked model trains: its unmasked heads,
+    or its first head if it has none. ``None`` where a module cannot be sliced (talking heads).
 
-    Shapes: masks[k] {path: (heads,)} -> per model {path: (width,) head indices, ascending}.
+    Shapes: -> {path: (width,) head indices, ascending}.
     """
-    modules = attention_modules_of(models[0])
+    modules = attention_modules_of(model)
     if any(type(m) is not MultiHeadAttention for m in modules.values()):
         return None
-    plan: list[dict[str, Tensor]] = [{} for _ in models]
-    own = [attention_modules_of(m) for m in models]  # a module missing from a mask keeps its own
-    for name in modules:
-        kept = [
-            (mask.get(name, o[name].head_mask).cpu() != 0)
-            for mask, o in zip(masks, own, strict=True)
-        ]
-        width = max(int(k.sum()) for k in kept)
-        for k, on in enumerate(kept):
-            extra = (~on).nonzero().flatten()[: width - int(on.sum())]
-            plan[k][name] = torch.cat([on.nonzero().flatten(), extra]).sort().values
-    return plan
+    keep = {}
+    for name, module in modules.items():
+        on = (module.head_mask.cpu() != 0).nonzero().flatten()
+        keep[name] = on if len(on) else torch.zeros(1, dtype=torch.long)
+    return keep
 
 
 @torch.no_grad()
-def _unslice(target: nn.Module, trained: nn.Module, mask: Masks, keep: dict) -> nn.Module:
+def _unslice(target: nn.Module, trained: nn.Module, mask: Masks, keep: dict | None) -> nn.Module:
     """``target`` (the full-size starting model) with the weights of ``trained`` (its sliced
     copy after training) written back: each kept head to its own index, every other weight
     as it is; heads outside ``keep`` keep their starting weights, and ``mask`` is in force
-    (a module missing from it keeps its own mask, as ``head_masks`` leaves it)."""
+    (a module missing from it keeps its own mask, as ``head_masks`` leaves it). With
+    ``keep=None`` nothing was sliced and every weight is copied."""
     state = {name: t.clone() for name, t in target.state_dict().items()}
     for name, value in trained.state_dict().items():
         path, _, leaf = name.rpartition(".")
-        if path in keep and leaf in _PER_HEAD:
+        if keep is not None and path in keep and leaf in _PER_HEAD:
             state[name][keep[path]] = value
         elif leaf != "head_mask":
             state[name] = value
     for path, m in mask.items():  # the other modules keep the mask they came with
-        state[f"{path}.head_mask"] = m.cpu()
+        state[f"{path}.head_mask"] = m.cpu().to(state[f"{path}.head_mask"].dtype)
     target.load_state_dict(state)
     return target
 
 
-def _state_digest(model: nn.Module) -> str:
+def _masked_key(model: nn.Module, mask: Masks, seed: int, cfg: TrainConfig, sample, loss_fn):
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _cached_masked_training(models, masks, sample, cfg, *, loss_fn, seeds, pad, progress, name):
-    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-
-    def key(k: int) -> tuple:
-        mask = tuple((n, tuple(int(v) for v in t.tolist())) for n, t in sorted(masks[k].items()))
-        what = (getattr(sample, "__qualname__", "?"), getattr(loss_fn, "__qualname__", "?"))
-        return (
-            "masked",
-            _state_digest(models[k]),
-            mask,
-            seeds[k],
-            cfg,
-            tuple(pad or ()),
-            what,
-            source,
-        )
-
-    missing = [k for k in range(len(models)) if not checkpoint_path(name, key(k)).exists()]
-    trained: dict[int, tuple[nn.Module, History]] = {}
-    if missing:
-        done, histories = train_with_masks(
-            [models[k] for k in missing],
-            [masks[k] for k in missing],
-            sample,
-            cfg,
-            loss_fn=loss_fn,
-            seeds=[seeds[k] for k in missing],
-            pad=pad,
-            progress=progress,
-        )
-        trained = {k: (m, h) for k, m, h in zip(missing, done, histories, strict=True)}
-    out, hists = [], []
-    for k, model in enumerate(models):
-        target = copy.deepcopy(model).cpu()
-
-        def copy_trained(target: nn.Module = target, k: int = k) -> History:
-            target.load_state_dict(trained[k][0].state_dict())
-            return trained[k][1]
-
-        hists.append(cached_train(name, target, key(k), copy_trained))
-        out.append(target.eval())
-    return out, hists
+    kept = tuple((n, tuple(int(v) for v in t.tolist())) for n, t in sorted(mask.items()))
+    what = (getattr(sample, "__qualname__", "?"), getattr(loss_fn, "__qualname__", "?"))
+    return ("masked", h.hexdigest()[:16], kept, seed, cfg, what)

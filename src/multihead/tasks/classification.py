@@ -14,8 +14,8 @@ attention and the positions.
 
 The pooled output is the mean over real tokens of ``EncoderModel``'s per-token logits. The
 model's head is affine, so this equals the head applied to the mean-pooled final states: a
-mean-pooled classifier that is still a plain ``EncoderModel``, which the batched seed ensemble
-(``core.ensemble``) trains and the checkpoint cache keeps unchanged. Mean pooling, rather than a
+mean-pooled classifier that is still a plain ``EncoderModel``, which ``core.train`` trains and
+the checkpoint cache keeps unchanged. Mean pooling, rather than a
 ``[CLS]``-style first token, lets every token contribute its own evidence: with a first-token
 read-out the first position would have to gather the evidence through attention alone.
 
@@ -24,10 +24,8 @@ Shapes: src (n, seq) token ids, labels (n,) in {0, 1}; logits (n, 2).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -35,12 +33,10 @@ from torch import Tensor, nn
 
 from multihead._checks import check_int, check_positive_int
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble import stack_seeds
-from multihead.core.ensemble_train import seed_cross_entropy, train_seeds
 from multihead.core.model import EncoderModel
-from multihead.core.train import History, cached_train
+from multihead.core.train import train_seeds
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
-from multihead.tasks.seed_scores import SeedScores, seed_history
+from multihead.tasks.seed_scores import SeedScores
 from multihead.tasks.translation import PAD_ID, encode
 
 LABELS = ("object in the relative clause", "object in the main clause")
@@ -170,19 +166,6 @@ def classification_sampler(data: ClassificationData):
     return sample
 
 
-def classification_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """Each seed's cross-entropy of the pooled logits against the sentence labels.
-
-    Shapes: batch = (src (K, batch, seq), labels (K, batch)) -> (K,).
-    """
-    src, labels = batch
-    pooled = mean_pool(ensemble(src, key_padding_mask=src == PAD_ID), src)  # (K, batch, 2)
-    return seed_cross_entropy(pooled, labels)
-
-
-CLASSIFICATION_PAD = (PAD_ID, None)  # the seeds' src batches are padded; labels have no seq
-
-
 @torch.no_grad()
 def classifier_scores(model: EncoderModel, data: ClassificationData) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of ``model`` on ``data``.
@@ -197,23 +180,33 @@ def classifier_scores(model: EncoderModel, data: ClassificationData) -> tuple[fl
     return loss, (logits.argmax(-1) == labels).float().mean().item()
 
 
+def classification_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """Cross-entropy of the pooled logits against the sentence labels.
+
+    Shapes: batch = (src (batch, seq), labels (batch,)) -> scalar.
+    """
+    src, labels = batch
+    pooled = mean_pool(model(src, key_padding_mask=src == PAD_ID), src)  # (batch, 2)
+    return F.cross_entropy(pooled, labels)
+
+
 def train_classifiers(
+    seeds: Sequence[int],
     corpus: Corpus,
     train_data: ClassificationData,
     valid_data: ClassificationData,
-    cfg: ModelConfig,
-    train_cfg: TrainConfig,
-    seeds: Sequence[int],
+    model_config: ModelConfig,
+    train_config: TrainConfig,
     *,
     evals: int = 1,
     name: str = "classifier",
     progress: bool = False,
 ) -> SeedScores:
-    """Train ``EncoderModel(cfg)`` for every seed at once (one batched model; seed ``s``
-    starts from ``torch.manual_seed(s)`` and draws its own batches) and score each seed on
-    ``valid_data`` ``evals`` times, evenly spaced, the last at the end. Seed ``s``'s first
+    """Train ``EncoderModel(model_config)`` once per seed (``core.train.train_seeds``: seed
+    ``s`` starts from ``torch.manual_seed(s)`` and draws its own batches) and score each seed
+    on ``valid_data`` ``evals`` times, evenly spaced, the last at the end. Seed ``s``'s first
     ``n`` steps are the same in a shorter run, so a short run's scores are those of a longer
-    run at the same step. The ensemble and its scores are cached under ``name``.
+    run at the same step. Each seed's model and scores are cached under ``name``.
 
     Shapes: none.
     """
@@ -222,55 +215,33 @@ def train_classifiers(
     for arg, value in (("train_data", train_data), ("valid_data", valid_data)):
         if not isinstance(value, ClassificationData):
             raise TypeError(f"{arg} must be ClassificationData, got {type(value).__name__}")
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
-    if cfg.n_classes != len(LABELS) or cfg.vocab_size != len(corpus.src_vocab):
+    if not isinstance(model_config, ModelConfig):
+        raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+    if model_config.n_classes != len(LABELS) or model_config.vocab_size != len(corpus.src_vocab):
         raise ValueError(
-            "cfg must have the corpus's vocabulary and 2 classes: use classifier_config"
+            "model_config must have the corpus's vocabulary and 2 classes: use classifier_config"
         )
-    if not isinstance(train_cfg, TrainConfig):
-        raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or len(seeds) < 2:
-        raise TypeError(f"seeds must be a list of at least 2 ints (replicates), got {seeds!r}")
-    seeds = tuple(check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds))
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds={list(seeds)} repeats a seed; each seed must be different")
-    evals = check_int("evals", evals, 1, train_cfg.steps + 1)
-    if train_cfg.steps % evals:
-        raise ValueError(f"evals={evals} must divide train_cfg.steps={train_cfg.steps}")
-    ensemble = stack_seeds(lambda seed: EncoderModel(cfg), seeds)
-    run_cfg = replace(train_cfg, eval_every=train_cfg.steps // evals)
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    evals = check_int("evals", evals, 1, train_config.steps + 1)
+    if train_config.steps % evals:
+        raise ValueError(f"evals={evals} must divide train_config.steps={train_config.steps}")
+    run_cfg = replace(train_config, eval_every=train_config.steps // evals)
 
     def evaluate(model: nn.Module) -> dict:
         loss, accuracy = classifier_scores(model, valid_data)
         return {"loss": loss, "accuracy": accuracy}
 
-    def run() -> History:
-        return seed_history(
-            train_seeds(
-                ensemble,
-                classification_sampler(train_data),
-                run_cfg,
-                loss_fn=classification_seed_loss,
-                pad=CLASSIFICATION_PAD,
-                evaluate=evaluate,
-                progress=progress,
-                desc=f"classifiers {cfg.n_heads} heads {cfg.attention} ({len(seeds)} seeds)",
-            )
-        )
-
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
     data_key = (tuple(train_data.src.shape), int(train_data.labels.sum()))
     data_key += (tuple(valid_data.src.shape), int(valid_data.labels.sum()))
-    key = ("classifier", sizes, corpus.seed, corpus.config, data_key, cfg, run_cfg, seeds)
-    key += (_source_digest(),)  # this module is not among core.train's TRAINING_MODULES
-    history = cached_train(name, ensemble, key, run)
-    return SeedScores.from_history(seeds, history)
-
-
-def _source_digest() -> str:
-    """A hash of this module's source: editing the task or its loss retrains the models."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    _, histories = train_seeds(
+        seeds, lambda seed: EncoderModel(model_config), classification_sampler(train_data),
+        run_cfg, loss_fn=classification_loss, evaluate=evaluate, progress=progress,
+        desc=f"classifier {model_config.n_heads} heads {model_config.attention}", cache=name,
+        key=("classifier", sizes, corpus.seed, corpus.config, data_key, model_config),
+    )  # fmt: skip
+    return SeedScores.from_histories(seeds, histories)
 
 
 def bag_of_words(data: ClassificationData, vocab_size: int) -> Tensor:

@@ -1,12 +1,11 @@
-"""Several seeds of one ``EncoderModel`` on a synthetic task, trained as one batched model
-(``core.ensemble``), scored on a held-out set during and at the end of training, and kept in
-the checkpoint cache.
+"""Several seeds of one ``EncoderModel`` on a synthetic task (``core.train.train_seeds``),
+scored on a held-out set during and at the end of training, and kept in the checkpoint cache.
 
-``train_seed_scores(task, model_config, train_config, seeds, validation)`` is what a sweep
+``train_seed_scores(seeds, task, model_config, train_config, validation)`` is what a sweep
 over architectures needs at each point: K replicates of the held-out loss and accuracy, at
 the end of training and at earlier steps (``evals``), so that a verdict can be judged against
 the seed noise of the same statistic. Seed ``s`` is the model ``core.train.train`` trains
-after ``torch.manual_seed(s)`` with ``train_config.seed = s`` (equal to about 1e-5).
+after ``torch.manual_seed(s)`` with ``train_config.seed = s``.
 
 Shapes: validation = (x (N, seq), y (N, seq)); scores (evals, K).
 """
@@ -23,17 +22,15 @@ from torch import Tensor
 
 from multihead._checks import check_int
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble import stack_seeds
-from multihead.core.ensemble_train import train_seeds
 from multihead.core.model import EncoderModel
-from multihead.core.train import IGNORE, History, cached_train, token_accuracy
+from multihead.core.train import IGNORE, History, token_accuracy, train_seeds
 
 
 @dataclass(frozen=True)
 class SeedScores:
     """Held-out scores of K seeds: ``loss`` and ``accuracy`` (evals, K) at ``steps`` (the
     last is the end of training); ``seconds``: wall time of the batched training run (as
-    measured when it ran, also when loaded from the cache).
+    measured when it ran, also when loaded from the cache; all seeds together).
 
     Shapes: loss, accuracy (evals, K).
     """
@@ -55,19 +52,21 @@ class SeedScores:
         return self.accuracy[-1]
 
     @classmethod
-    def from_history(cls, seeds: tuple[int, ...], history: History) -> SeedScores:
-        """The scores of a batched run whose ``history.evals`` hold, at each scored step, a
-        list over seeds of ``loss`` and ``accuracy`` (as ``seed_history`` builds them).
+    def from_histories(cls, seeds: Sequence[int], histories: Sequence[History]) -> SeedScores:
+        """The scores of K runs whose ``History.evals`` hold ``loss`` and ``accuracy`` at
+        the same steps.
 
-        Shapes: -> loss, accuracy (evals, K).
+        Shapes: K histories -> loss, accuracy (evals, K).
         """
-        return cls(
-            seeds=seeds,
-            steps=tuple(e["step"] for e in history.evals),
-            loss=torch.tensor([e["loss"] for e in history.evals], dtype=torch.float64),
-            accuracy=torch.tensor([e["accuracy"] for e in history.evals], dtype=torch.float64),
-            seconds=history.seconds,
-        )
+        steps = [tuple(e["step"] for e in h.evals) for h in histories]
+        if not histories or any(s != steps[0] for s in steps):
+            raise ValueError("histories must be non-empty and scored at the same steps")
+
+        def table(name: str) -> Tensor:  # (evals, K)
+            return torch.tensor([[e[name] for e in h.evals] for h in histories]).double().T
+
+        return cls(tuple(seeds), steps[0], table("loss"), table("accuracy"),
+                   sum(h.seconds for h in histories))  # fmt: skip
 
     def at(self, step: int) -> tuple[Tensor, Tensor]:
         """Held-out loss and accuracy at training step ``step`` (one of ``steps``).
@@ -78,19 +77,6 @@ class SeedScores:
             raise ValueError(f"step={step!r} was not scored; the scored steps are {self.steps}")
         i = self.steps.index(step)
         return self.loss[i], self.accuracy[i]
-
-
-def seed_history(histories: list[History]) -> History:
-    """One History for K seeds trained together: at each scored step, the ``loss`` and
-    ``accuracy`` of every seed as lists (seed order), and the batched run's wall time.
-
-    Shapes: K histories with the same scored steps -> one History.
-    """
-    evals = [
-        {"step": e["step"], **{k: [h.evals[i][k] for h in histories] for k in ("loss", "accuracy")}}
-        for i, e in enumerate(histories[0].evals)
-    ]
-    return History(evals=evals, seconds=histories[0].seconds)
 
 
 def _fingerprint(validation: tuple[Tensor, Tensor]) -> str:
@@ -118,21 +104,21 @@ def _check_validation(validation: object, max_len: int) -> tuple[Tensor, Tensor]
 
 
 def train_seed_scores(
+    seeds: Sequence[int],
     task: object,
     model_config: ModelConfig,
     train_config: TrainConfig,
-    seeds: Sequence[int],
     validation: tuple[Tensor, Tensor],
     *,
     evals: int = 1,
     name: str = "seed_scores",
     progress: bool = False,
 ) -> SeedScores:
-    """Train ``EncoderModel(model_config)`` on ``task.sample`` for every seed at once and
-    score each seed on ``validation`` ``evals`` times, evenly spaced, the last at the end.
+    """Train ``EncoderModel(model_config)`` on ``task.sample`` for every seed and score each
+    seed on ``validation`` ``evals`` times, evenly spaced, the last at the end.
 
-    The trained ensemble and its scores are cached under ``name`` and a key made of the
-    task, both configs, the seeds and the validation data: a second call loads them.
+    Each seed's model and scores are cached under ``name`` and a key made of the task, both
+    configs and the validation data: a second call loads them.
 
     Shapes: validation = (x (N, seq), y (N, seq)) -> SeedScores with (evals, K) scores.
     """
@@ -146,11 +132,6 @@ def train_seed_scores(
     if train_config.steps % evals:
         raise ValueError(f"evals={evals} must divide train_config.steps={train_config.steps}")
     x_val, y_val = _check_validation(validation, model_config.max_len)
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
-        raise TypeError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    seeds = tuple(check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds))
-
-    ensemble = stack_seeds(lambda seed: EncoderModel(model_config), seeds)
     cfg = replace(train_config, eval_every=train_config.steps // evals)
 
     @torch.no_grad()
@@ -161,11 +142,9 @@ def train_seed_scores(
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
         return {"loss": loss.item(), "accuracy": token_accuracy(logits, y)}
 
-    def run() -> History:
-        return seed_history(
-            train_seeds(ensemble, task.sample, cfg, evaluate=evaluate, progress=progress)
-        )
-
-    key = ("seed-scores", repr(task), model_config, cfg, seeds, _fingerprint((x_val, y_val)))
-    history = cached_train(name, ensemble, key, run)
-    return SeedScores.from_history(seeds, history)
+    key = ("seed-scores", repr(task), model_config, _fingerprint((x_val, y_val)))
+    _, histories = train_seeds(
+        seeds, lambda seed: EncoderModel(model_config), task.sample, cfg, evaluate=evaluate,
+        progress=progress, cache=name, key=key,
+    )  # fmt: skip
+    return SeedScores.from_histories(seeds, histories)

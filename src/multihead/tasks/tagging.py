@@ -12,7 +12,7 @@ setting (number of heads, depth, seed, init scheme). Each trained tagger is cach
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -20,11 +20,8 @@ from torch import Tensor, nn
 
 from multihead._checks import check_int
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble import stack_seeds
-from multihead.core.ensemble_train import seed_cross_entropy, train_seeds
 from multihead.core.model import EncoderModel
-from multihead.core.runtime import device as default_device
-from multihead.core.train import IGNORE, History, cached_train, checkpoint_path, train
+from multihead.core.train import IGNORE, train_seeds
 from multihead.tasks.corpus import RELATIONS, Corpus, Sentence, gold_tensors
 from multihead.tasks.translation import PAD_ID, encode, stack_internals
 
@@ -67,16 +64,16 @@ def tagger_config(corpus: Corpus, **sizes: object) -> ModelConfig:
     return ModelConfig(vocab_size=len(corpus.src_vocab), n_classes=len(RELATIONS), **sizes)
 
 
-def build_tagger(cfg: ModelConfig, seed: int) -> EncoderModel:
+def build_tagger(model_config: ModelConfig, seed: int) -> EncoderModel:
     """The untrained tagger: seeding torch with ``seed`` first makes the init reproducible,
-    so this is exactly the start from which ``train_tagger`` trains with the same seed.
+    so this is exactly the start from which ``train_taggers`` trains seed ``seed``.
 
     Shapes: none.
     """
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
-    torch.manual_seed(seed)
-    return EncoderModel(cfg)
+    if not isinstance(model_config, ModelConfig):
+        raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+    torch.manual_seed(check_int("seed", seed, 0))
+    return EncoderModel(model_config)
 
 
 def tagging_sampler(data: TaggingData):
@@ -106,115 +103,36 @@ def tagging_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
 
 
-def tagging_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """``tagging_loss`` for every seed of a ``SeedEnsemble`` (``core.ensemble``); train it
-    with ``train_seeds(..., pad=TAGGING_PAD)``.
-
-    Shapes: batch = (src (K, batch, seq), labels (K, batch, seq)) -> (K,).
-    """
-    src, labels = batch
-    return seed_cross_entropy(ensemble(src, key_padding_mask=src == PAD_ID), labels)
-
-
-TAGGING_PAD = (PAD_ID, IGNORE)  # how the seeds' batches (src, labels) are padded to one length
-
-
-def train_tagger(
-    corpus: Corpus,
-    train_data: TaggingData,
-    cfg: ModelConfig,
-    train_cfg: TrainConfig,
-    *,
-    name: str = "relation_tagger",
-    progress: bool = False,
-) -> EncoderModel:
-    """Train a tagger from ``build_tagger(cfg, train_cfg.seed)`` (or load it from the cache).
-
-    Shapes: none.
-    """
-    if not isinstance(train_data, TaggingData):
-        raise TypeError(f"train_data must be TaggingData, got {type(train_data).__name__}")
-    if not isinstance(train_cfg, TrainConfig):
-        raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
-    model = build_tagger(cfg, train_cfg.seed)
-
-    def run():
-        return train(
-            model,
-            tagging_sampler(train_data),
-            train_cfg,
-            loss_fn=tagging_loss,
-            progress=progress,
-            desc=f"tagger {cfg.n_layers}x{cfg.n_heads} {cfg.init}",
-        )
-
-    cached_train(name, model, _cache_key(corpus, train_data, cfg, train_cfg), run)
-    return model.eval()
-
-
-def _cache_key(corpus: Corpus, data: TaggingData, cfg: ModelConfig, train_cfg: TrainConfig):
-    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
-    key = ("relation_tagger", sizes, corpus.seed, corpus.config, tuple(data.src.shape))
-    return key + (cfg, train_cfg)
-
-
 def train_taggers(
+    seeds: Sequence[int],
     corpus: Corpus,
     train_data: TaggingData,
-    cfg: ModelConfig,
-    train_cfg: TrainConfig,
-    seeds: Sequence[int],
+    model_config: ModelConfig,
+    train_config: TrainConfig,
     *,
     name: str = "relation_tagger",
     progress: bool = False,
 ) -> list[EncoderModel]:
-    """One tagger per seed, the seeds trained together as one batched model
-    (``core.ensemble``), each kept in the checkpoint cache under ``name``.
-
-    Seed ``s`` is the tagger ``train_tagger`` trains with ``train_cfg.seed = s`` (the start
-    ``build_tagger(cfg, s)`` and its own batch order; equal to that run to about 1e-5, not
-    bitwise), and it shares that run's cache entry. Only the seeds missing from the cache are
-    trained. ``train_cfg.seed`` itself is ignored.
+    """One tagger per seed (``core.train.train_seeds``): seed ``s`` starts from
+    ``build_tagger(model_config, s)`` and draws its own batches (``train_config.seed`` is
+    replaced by ``s``); each is kept in the checkpoint cache under ``name``.
 
     Shapes: none.
     """
+    if not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a Corpus, got {type(corpus).__name__}")
     if not isinstance(train_data, TaggingData):
         raise TypeError(f"train_data must be TaggingData, got {type(train_data).__name__}")
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
-    if not isinstance(train_cfg, TrainConfig):
-        raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
-        raise TypeError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    seeds = [check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds)]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds={seeds} repeats a seed; each seed must be different")
-    keys = {s: _cache_key(corpus, train_data, cfg, replace(train_cfg, seed=s)) for s in seeds}
-    missing = [s for s in seeds if not checkpoint_path(name, keys[s]).exists()]
-    trained: dict[int, tuple[nn.Module, History]] = {}
-    if missing:
-        ensemble = stack_seeds(lambda seed: EncoderModel(cfg), missing)
-        histories = train_seeds(
-            ensemble,
-            tagging_sampler(train_data),
-            train_cfg,
-            loss_fn=tagging_seed_loss,
-            pad=TAGGING_PAD,
-            progress=progress,
-            desc=f"taggers {cfg.n_layers}x{cfg.n_heads} {cfg.init} ({len(missing)} seeds)",
-        )
-        trained = {s: (ensemble.pick(k), histories[k]) for k, s in enumerate(missing)}
-    models = []
-    for seed in seeds:
-        model = EncoderModel(cfg)
-
-        def copy_trained(model: nn.Module = model, seed: int = seed) -> History:
-            picked, history = trained[seed]
-            model.load_state_dict(picked.state_dict())
-            return history
-
-        cached_train(name, model, keys[seed], copy_trained)
-        models.append(model.to(default_device()).eval())
+    if not isinstance(model_config, ModelConfig):
+        raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
+    key = ("relation_tagger", sizes, corpus.seed, corpus.config, tuple(train_data.src.shape))
+    models, _ = train_seeds(
+        seeds, lambda seed: build_tagger(model_config, seed), tagging_sampler(train_data),
+        train_config, loss_fn=tagging_loss, progress=progress, cache=name,
+        key=(*key, model_config),
+        desc=f"tagger {model_config.n_layers}x{model_config.n_heads} {model_config.init}",
+    )  # fmt: skip
     return models
 
 

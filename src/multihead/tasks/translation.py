@@ -1,9 +1,9 @@
 """The translation model of the head-roles chapter: tensors, training, evaluation, probes.
 
-``train_translation_model()`` builds the corpus of ``multihead.tasks.corpus``, trains an
-``EncoderDecoder`` on it and keeps the checkpoint in the cache
-(``multihead.core.train.cached_train``), so later chapters load the same model instead of
-retraining it. The helpers below read the encoder's attention patterns and per-head outputs
+``train_translation_models(seeds)`` builds the corpus of ``multihead.tasks.corpus``, trains
+an ``EncoderDecoder`` on it for every seed and keeps the checkpoints in the cache
+(``multihead.core.train.cached_train``), so later chapters load the same models instead of
+retraining them. The helpers below read the encoder's attention patterns and per-head outputs
 and ablate heads one at a time.
 """
 
@@ -16,15 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multihead._checks import check_int, check_positive_int
+from multihead._checks import check_positive_int
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble import stack_seeds
-from multihead.core.ensemble_train import train_seeds
 from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderDecoder
-from multihead.core.runtime import device as default_device
 from multihead.core.runtime import pick
-from multihead.core.train import IGNORE, History, cached_train, checkpoint_path, train
+from multihead.core.train import IGNORE, History, train_seeds
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
 
 PAD_ID, BOS_ID = 0, 1
@@ -85,58 +82,6 @@ def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     logits = model(src, tgt[:, :-1], src_padding_mask=src == PAD_ID)  # (batch, T, vocab)
     gold = tgt[:, 1:].masked_fill(tgt[:, 1:] == PAD_ID, IGNORE)  # (batch, T)
     return F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE)
-
-
-ROWS_PER_GROUP = 21  # seq2seq_seed_loss: rows per length group (3 groups for a batch of 64)
-
-
-def length_groups(src: Tensor, tgt: Tensor, groups: int) -> list[tuple[Tensor, Tensor]]:
-    """Each seed's rows sorted by length and cut into ``groups`` groups, each group trimmed to
-    its own longest row: short sentences no longer pay for the padding of long ones.
-
-    Shapes: src (K, batch, S), tgt (K, batch, T + 1) -> ``groups`` pairs (src (K, b_i, S_i),
-    tgt (K, b_i, T_i + 1)) with sum b_i = batch.
-    """
-    check_positive_int("groups", groups)
-    if src.ndim != 3 or tgt.ndim != 3 or src.shape[:2] != tgt.shape[:2]:
-        raise ValueError(
-            f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must be (K, batch, len)"
-        )
-    length = (src != PAD_ID).sum(-1) + (tgt != PAD_ID).sum(-1)  # (K, batch)
-    order = length.argsort(dim=1, stable=True)[..., None]  # (K, batch, 1)
-    src, tgt = src.gather(1, order.expand_as(src)), tgt.gather(1, order.expand_as(tgt))
-    rows = torch.arange(src.shape[1], device=src.device).chunk(groups)
-    return [trim(src[:, r], tgt[:, r]) for r in rows]
-
-
-def seq2seq_seed_loss(ensemble: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
-    """``seq2seq_loss`` for every seed of a ``SeedEnsemble`` (``core.ensemble``); train it
-    with ``train_seeds(..., pad=SEQ2SEQ_PAD)``.
-
-    A batch of ``2 * ROWS_PER_GROUP`` rows or more goes through the model in length groups
-    (``length_groups``), whose summed token losses divided by the batch's token count are the
-    same losses, and so the same gradients, up to rounding: every row is computed on its own,
-    so padding changes nothing but the work, and about half of a random batch is padding.
-    Only where the forward pass draws nothing at random (no dropout, no head gates), since
-    each group would draw its own masks.
-
-    Shapes: batch = (src (K, batch, S), tgt (K, batch, T + 1)) -> (K,).
-    """
-    src, tgt = batch
-    groups = src.shape[1] // ROWS_PER_GROUP if src.ndim == 3 else 1
-    whole = groups < 2 or getattr(ensemble, "draws_at_random", True)
-    total, count = 0.0, 0
-    for s, t in [(src, tgt)] if whole else length_groups(src, tgt, groups):
-        logits = ensemble(s, t[..., :-1], src_padding_mask=s == PAD_ID)  # (K, b, T, vocab)
-        gold = t[..., 1:].masked_fill(t[..., 1:] == PAD_ID, IGNORE)  # (K, b, T)
-        ce = F.cross_entropy(logits.flatten(0, -2), gold.flatten(), ignore_index=IGNORE,
-                             reduction="none")  # fmt: skip
-        total = total + ce.view(len(s), -1).sum(1)
-        count = count + (gold != IGNORE).flatten(1).sum(1)
-    return total / count
-
-
-SEQ2SEQ_PAD = (PAD_ID, PAD_ID)  # how the seeds' batches (src, tgt) are padded to one length
 
 
 def sampler(data: Encoded):
@@ -359,127 +304,54 @@ def _setup_configs(
     return corpus, model_cfg, train_cfg
 
 
-def train_translation_model(
-    corpus: Corpus | None = None,
-    *,
-    model_config: ModelConfig | None = None,
-    train_config: TrainConfig | None = None,
-    name: str = "roles_translation",
-    progress: bool = True,
-    on_step: Callable[[nn.Module, int], None] | None = None,
-    on_step_key: object = None,
-) -> TranslationSetup:
-    """Load the trained translation model from the cache, or train it (and cache it).
-
-    ``corpus`` defaults to ``translation_corpus()``; the sizes default to
-    ``default_configs(corpus)``, which follow the mode. The checkpoint key covers the
-    corpus (size, seed, grammar) and both configs, so a changed setting trains afresh.
-    ``on_step(model, step)`` runs before every training step (e.g. a DropHead schedule);
-    ``on_step_key`` must then describe it (it joins the checkpoint key).
-
-    Shapes: none.
-    """
-    if on_step is not None and on_step_key is None:
-        raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
-    corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
-    torch.manual_seed(train_cfg.seed)
-    model = EncoderDecoder(model_cfg)
-    data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
-    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
-    key = ("translation", sizes, corpus.seed, corpus.config, model_cfg, train_cfg)
-    if on_step_key is not None:
-        key = (*key, on_step_key)
-
-    def run() -> History:
-        return train(
-            model,
-            sampler(data["train"]),
-            train_cfg,
-            loss_fn=seq2seq_loss,
-            progress=progress,
-            desc="translation model",
-            on_step=on_step,
-        )
-
-    history = cached_train(name, model, key, run)
-    model.to(default_device()).eval()
-    return TranslationSetup(
-        corpus, data["train"], data["valid"], data["test"], model, history, model_cfg, train_cfg
-    )
-
-
 def train_translation_models(
     seeds: Sequence[int],
     corpus: Corpus | None = None,
-    *,
     model_config: ModelConfig | None = None,
     train_config: TrainConfig | None = None,
-    name: str = "roles_translation_seeds",
-    progress: bool = True,
+    *,
+    name: str = "roles_translation",
+    progress: bool = False,
     on_step: Callable[[nn.Module, int], None] | None = None,
     on_step_key: object = None,
 ) -> list[TranslationSetup]:
-    """The chapter's translation model trained once per seed, the seeds trained together as
-    one batched model (``core.ensemble``), each kept in the checkpoint cache.
+    """The chapter's translation model, trained once per seed (``core.train.train_seeds``)
+    and kept in the checkpoint cache, so later chapters load the same models.
 
-    Seed ``s`` is the model ``train_translation_model`` trains with ``train_config.seed = s``
-    (its own initialisation and batch order; equal to that run to about 1e-5, not bitwise).
-    Only the seeds missing from the cache are trained. Hooks (DropHead, gates) cannot act
-    during batched training; ``on_step(ensemble, step)`` runs before every batched step
-    instead (e.g. ``interventions.drophead.seed_drophead_schedule``), and ``on_step_key``
-    must then describe it (it joins the checkpoint key).
+    ``corpus`` defaults to ``translation_corpus()``; the sizes default to
+    ``default_configs(corpus)``, which follow the mode. Seed ``s`` starts from
+    ``torch.manual_seed(s)`` and draws its own batches (``train_config.seed`` is replaced by
+    ``s``). The checkpoint key covers the corpus (size, seed, grammar) and both configs, so
+    a changed setting trains afresh. ``on_step(model, step)`` runs before every training
+    step (e.g. ``interventions.drophead.drophead_schedule``); ``on_step_key`` must then
+    describe it (it joins the checkpoint key).
 
-    Shapes: none.
+    Shapes: none (one ``TranslationSetup`` per seed).
     """
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
-        raise TypeError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    seeds = [check_int(f"seeds[{i}]", s, 0) for i, s in enumerate(seeds)]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds={seeds} repeats a seed")
     if on_step is not None and on_step_key is None:
         raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
     corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
-
-    def key(seed: int) -> tuple:
-        cfg = replace(train_cfg, seed=seed)
-        found = ("translation-seeds", sizes, corpus.seed, corpus.config, model_cfg, cfg)
-        return found if on_step_key is None else (*found, on_step_key)
-
-    missing = [s for s in seeds if not checkpoint_path(name, key(s)).exists()]
-    trained: dict[int, tuple[nn.Module, History]] = {}
-    if missing:
-        ensemble = stack_seeds(lambda seed: EncoderDecoder(model_cfg), missing)
-        histories = train_seeds(
-            ensemble,
-            sampler(data["train"]),
-            train_cfg,
-            loss_fn=seq2seq_seed_loss,
-            pad=SEQ2SEQ_PAD,
-            progress=progress,
-            desc=f"translation models ({len(missing)} seeds)",
-            on_step=on_step,
-        )
-        trained = {s: (ensemble.pick(k), histories[k]) for k, s in enumerate(missing)}
-    setups = []
-    for seed in seeds:
-        model = EncoderDecoder(model_cfg)
-
-        def copy_trained(model: nn.Module = model, seed: int = seed) -> History:
-            picked, history = trained[seed]
-            model.load_state_dict(picked.state_dict())
-            return history
-
-        history = cached_train(name, model, key(seed), copy_trained)
-        model.to(default_device()).eval()
-        cfg = replace(train_cfg, seed=seed)
-        setups.append(
-            TranslationSetup(
-                corpus, data["train"], data["valid"], data["test"], model, history, model_cfg, cfg
-            )
-        )
-    return setups
+    key = ("translation", sizes, corpus.seed, corpus.config, model_cfg, on_step_key)
+    models, histories = train_seeds(
+        seeds, lambda seed: EncoderDecoder(model_cfg), sampler(data["train"]), train_cfg,
+        loss_fn=seq2seq_loss, progress=progress, desc="translation model", on_step=on_step,
+        cache=name, key=key,
+    )  # fmt: skip
+    return [
+        TranslationSetup(
+            corpus,
+            data["train"],
+            data["valid"],
+            data["test"],
+            model,
+            history,
+            model_cfg,
+            replace(train_cfg, seed=seed),
+        )  # fmt: skip
+        for seed, model, history in zip(seeds, models, histories, strict=True)
+    ]
 
 
 @torch.no_grad()
@@ -511,11 +383,3 @@ def encoder_internals(model: EncoderDecoder, src: Tensor) -> tuple[Tensor, Tenso
     model.eval()
     pattern, z = stack_internals(model.encoder, src, ("pattern", "z"))
     return pattern, z
-
-
-def with_config(setup: TranslationSetup, **changes: object) -> ModelConfig:
-    """A variant of the setup's model config (e.g. for an untrained control model).
-
-    Shapes: none.
-    """
-    return replace(setup.model_config, **changes)
