@@ -4,12 +4,21 @@ Every notebook runs in one of two modes. Readers get *full* mode (the sizes the 
 reports); the test-suite sets ``MULTIHEAD_FAST=1`` and gets *fast* mode (small sizes,
 same qualitative conclusion). ``pick(full=..., fast=...)`` is the only switch a
 notebook needs.
+
+Threads: the course's models are small, and on a machine where other work runs, torch's
+default of one thread per core can train them many times slower than one thread (the
+threads wait for each other, and each wait for a descheduled thread costs a time slice).
+When this module is imported, ``choose_threads`` times a few matrix products of the
+chapters' sizes at one thread and at torch's default, and keeps the faster: all threads on
+a quiet machine, one on a busy one. ``MULTIHEAD_THREADS`` (a number, or ``all``) or
+``OMP_NUM_THREADS`` decide instead, without the timing.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import time
 from typing import TypeVar
 
 import numpy as np
@@ -20,6 +29,7 @@ T = TypeVar("T")
 FAST_ENV = "MULTIHEAD_FAST"
 SEED_ENV = "MULTIHEAD_SEED_OFFSET"
 BOOK_RUN_ENV = "MULTIHEAD_BOOK_RUN"
+THREADS_ENV = "MULTIHEAD_THREADS"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
@@ -170,3 +180,51 @@ def seed_everything(seed: int) -> torch.Generator:
     generator = torch.Generator()
     generator.manual_seed(seed)
     return generator
+
+
+_DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before any change here
+
+
+def _seconds_of_work(threads: int) -> float:
+    """Wall time of a few products and softmaxes of the chapters' sizes at ``threads``."""
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(768, 64, generator=g), torch.randn(64, 64, generator=g)
+    start = time.perf_counter()
+    for _ in range(10):
+        (torch.softmax(x @ w, dim=-1) @ w).sum()
+    return time.perf_counter() - start
+
+
+def choose_threads() -> int:
+    """Set torch's number of CPU threads for the course's small models and return it.
+
+    ``MULTIHEAD_THREADS`` (a positive int, or ``all`` for torch's default) decides if set;
+    else ``OMP_NUM_THREADS``, if set, is left to torch. Otherwise the same small workload is
+    timed at one thread and at torch's default (interleaved, best of three each) and the
+    faster count is kept: on a quiet machine all threads, on a busy one a single thread,
+    which there runs several times faster. Called once when this module is imported.
+
+    Shapes: none.
+    """
+    value = os.environ.get(THREADS_ENV, "").strip().lower()
+    if value:
+        if value == "all":
+            threads = _DEFAULT_THREADS
+        elif value.isdigit() and int(value) > 0:
+            threads = int(value)
+        else:
+            raise ValueError(f"{THREADS_ENV}={value!r} must be a positive integer or 'all'")
+    elif os.environ.get("OMP_NUM_THREADS") or _DEFAULT_THREADS == 1:
+        threads = _DEFAULT_THREADS
+    else:
+        one, default = [], []
+        for _ in range(3):
+            one.append(_seconds_of_work(1))
+            default.append(_seconds_of_work(_DEFAULT_THREADS))
+        threads = _DEFAULT_THREADS if min(default) < min(one) else 1
+    torch.set_num_threads(threads)
+    return threads
+
+
+choose_threads()
