@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from multihead.core.attention import MultiHeadAttention, attention_pattern
 from multihead.interventions import gates
-from multihead.viz import chapter_pictures, diagrams, drawing, model_diagrams
+from tools import chapter_pictures, diagrams, drawing, model_diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "book" / "figures"

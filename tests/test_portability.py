@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from multihead.tools import nbtools
+from tools import nbtools
 
 try:
     import tomllib

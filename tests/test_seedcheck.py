@@ -5,7 +5,7 @@ import json
 import nbformat
 import pytest
 
-from multihead.tools.seedcheck import (
+from tools.seedcheck import (
     COMPARE,
     RECORDER,
     RECORDER_CELL,

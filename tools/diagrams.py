@@ -24,9 +24,9 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from multihead._checks import check_int
 from multihead.core.attention import blocked
-from multihead.viz import chapter_pictures as pictures
-from multihead.viz import model_diagrams as model
-from multihead.viz.drawing import (
+from tools import chapter_pictures as pictures
+from tools import model_diagrams as model
+from tools.drawing import (
     FONT,
     PALETTE,
     SMALL,

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Rectangle
 
 from multihead._checks import check_int
-from multihead.viz.drawing import (
+from tools.drawing import (
     FONT,
     PALETTE,
     SMALL,

@@ -214,7 +214,7 @@ def closeness(row: dict) -> float | None:
 
 
 def _notebook_paths() -> list[Path]:
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[1]
     return sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int, dict]:
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[1]
     paths = _notebook_paths()
     if args.notebooks:
         paths = [p for p in paths if any(p.name.startswith(n) for n in args.notebooks)]
