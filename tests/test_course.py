@@ -50,7 +50,7 @@ def test_setup_cells_are_identical_and_current():
     for path in NOTEBOOKS:
         first = nbformat.read(path, as_version=4).cells[0]
         assert first.cell_type == "code" and first.source == expected, (
-            f"{path.name}: run `python -m multihead.tools.nbtools sync`"
+            f"{path.name}: run `python -m tools.nbtools sync`"
         )
         assert first.metadata.get("tags") == nbtools.SETUP_TAGS, f"{path.name}: setup cell tag"
 

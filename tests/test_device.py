@@ -1,5 +1,5 @@
 """Work follows `runtime.device()`: the training and scoring helpers, run on a stand-in
-accelerator (`multihead.tools.fake_device`), leave nothing on the CPU that a GPU would
+accelerator (`tests/support/fake_device.py`), leave nothing on the CPU that a GPU would
 refuse, and give the CPU's numbers."""
 
 import pytest

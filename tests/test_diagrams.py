@@ -23,7 +23,7 @@ def test_regenerating_reproduces_the_committed_files(tmp_path):
     written = diagrams.write_all(tmp_path)
     assert sorted(p.name for p in written) == sorted(p.name for p in FIGURES.glob("*.svg"))
     changed = [p.name for p in written if p.read_bytes() != (FIGURES / p.name).read_bytes()]
-    assert not changed, f"run `python -m multihead.viz.diagrams` and commit: {changed}"
+    assert not changed, f"run `python -m tools.diagrams` and commit: {changed}"
 
 
 def test_the_command_writes_every_diagram(tmp_path, capsys):

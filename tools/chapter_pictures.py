@@ -2,7 +2,7 @@
 
 Nothing here is a result: the little attention maps are fixed random arrays chosen to look
 like patterns, and every number is a count or a rule of the construction. ``PICTURES`` maps
-each SVG name to its drawing function (``multihead.viz.diagrams`` writes them).
+each SVG name to its drawing function (``tools.diagrams`` writes them).
 """
 
 from __future__ import annotations

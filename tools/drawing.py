@@ -3,7 +3,7 @@ grids of cells, a colour-blind-safe palette, and a byte-reproducible SVG writer.
 
 A canvas's data units are inches and font sizes are points, so a label of 11 pt has the
 same size on every diagram, whatever its shape. Diagrams are built from these pieces in
-``multihead.viz.diagrams`` and ``multihead.viz.chapter_pictures``.
+``tools.diagrams`` and ``tools.chapter_pictures``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The book's diagrams of the model: the Transformer block, the encoder-decoder, talking
 heads (chapter 4) and the Hard Concrete gate (chapter 7). Each function returns a matplotlib
-``Figure``; ``multihead.viz.diagrams`` lists them and writes the SVGs.
+``Figure``; ``tools.diagrams`` lists them and writes the SVGs.
 """
 
 from __future__ import annotations
