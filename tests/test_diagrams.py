@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from multihead.core.attention import MultiHeadAttention, attention_pattern
-from multihead.interventions import gates
 from tools import chapter_pictures, diagrams, drawing, model_diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,19 +81,6 @@ def test_mask_picture_has_the_package_polarity_and_torchs():
     mha.materialize = True
     torch.testing.assert_close(mha(x, key_padding_mask=pad, causal=True), fused)
     assert torch.equal(seen[-1][0, 0] == 0, m["both"])
-
-
-def test_hard_concrete_picture_uses_the_gates_of_chapter_7():
-    assert (model_diagrams.BETA, model_diagrams.GAMMA, model_diagrams.ZETA) == (
-        gates.BETA,
-        gates.GAMMA,
-        gates.ZETA,
-    )
-    for log_alpha in (-1.0, 0.5, 2.0):
-        p0, p1 = model_diagrams.hard_concrete_masses(log_alpha)
-        t = torch.tensor(log_alpha, dtype=torch.float64)
-        assert p0 == pytest.approx(float(gates.prob_zero(t)))
-        assert p1 == pytest.approx(float(gates.prob_one(t)))
 
 
 def test_chapter_graph_points_forward_and_reaches_every_chapter():
