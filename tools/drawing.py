@@ -201,7 +201,5 @@ def save_svg(fig: Figure, path: str | Path) -> Path:
         raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
     path = Path(path)
     with mpl.rc_context({"svg.hashsalt": "multihead", "svg.fonttype": "path"}):
-        fig.savefig(
-            path, format="svg", metadata={"Date": None, "Creator": "multihead.viz.diagrams"}
-        )
+        fig.savefig(path, format="svg", metadata={"Date": None, "Creator": "tools.diagrams"})
     return path
