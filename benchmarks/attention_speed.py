@@ -3,7 +3,7 @@
 Run from the repository root:  python benchmarks/attention_speed.py [--device cuda]
 
 All four variants see the same inputs in the same run; times are medians over
-interleaved rounds (``multihead.tools.timing.median_times``), and the ratios are printed
+interleaved rounds (``multihead.timing.median_times``), and the ratios are printed
 side by side. "pattern exposed" is our explicit path (``materialize = True``), the one
 ``run_with_cache`` takes to record the pattern.
 Nothing here is asserted: speed depends on the machine, so it is measured and reported.
@@ -17,7 +17,7 @@ import torch
 
 from multihead.analysis.cost import attention_cost
 from multihead.core.attention import MultiHeadAttention, to_torch_multihead
-from multihead.tools.timing import median_times
+from multihead.timing import median_times
 
 CONFIGS = [
     {"batch": 32, "seq": 64, "d_model": 128, "n_heads": 8},

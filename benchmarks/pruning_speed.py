@@ -25,7 +25,7 @@ from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import ModelConfig
 from multihead.core.model import EncoderDecoder, attention_modules, count_parameters
 from multihead.interventions.pruning import prune_model
-from multihead.tools.timing import median_times
+from multihead.timing import median_times
 
 LAYERS = [
     {"batch": 64, "seq": 24, "d_model": 64, "n_heads": 4},

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 import yaml
 
-from multihead.tools import nbtools
+from tools import nbtools
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = nbtools.notebooks(ROOT)
@@ -50,7 +50,7 @@ def test_setup_cells_are_identical_and_current():
     for path in NOTEBOOKS:
         first = nbformat.read(path, as_version=4).cells[0]
         assert first.cell_type == "code" and first.source == expected, (
-            f"{path.name}: run `python -m multihead.tools.nbtools sync`"
+            f"{path.name}: run `python -m tools.nbtools sync`"
         )
         assert first.metadata.get("tags") == nbtools.SETUP_TAGS, f"{path.name}: setup cell tag"
 
@@ -101,7 +101,7 @@ def test_requirements_pin_everything():
 
 
 def test_ruff_lint_and_format():
-    targets = ["src", "tests", "benchmarks", "book/_ext"]
+    targets = ["src", "tests", "tools", "benchmarks", "book/_ext"]
     ruff = [sys.executable, "-m", "ruff"]
     lint = subprocess.run(ruff + ["check", *targets], cwd=ROOT, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr

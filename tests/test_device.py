@@ -1,9 +1,10 @@
 """Work follows `runtime.device()`: the training and scoring helpers, run on a stand-in
-accelerator (`multihead.tools.fake_device`), leave nothing on the CPU that a GPU would
+accelerator (`tests/support/fake_device.py`), leave nothing on the CPU that a GPU would
 refuse, and give the CPU's numbers."""
 
 import pytest
 import torch
+from support.fake_device import FAKE, FakeAccelerator, OnFake
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderModel
@@ -26,7 +27,6 @@ from multihead.tasks.translation import (
     teacher_forced,
     train_translation_model,
 )
-from multihead.tools.fake_device import FAKE, FakeAccelerator, OnFake
 
 pytestmark = pytest.mark.slow  # each trains a small model through Python-level dispatch
 
@@ -124,8 +124,7 @@ def test_tagger_follows_the_device():
 
 def test_run_notebook_reports_the_cell_that_mixes_devices(tmp_path):
     import nbformat
-
-    from multihead.tools.fake_device import run_notebook
+    from support.fake_device import run_notebook
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [

@@ -22,18 +22,13 @@ ALLOWED = {
     "pretrained": {"_checks", "core", "analysis", "interventions"},
     "viz": {"_checks", "core", "analysis"},
     "exercises": {"_checks", "core", "tasks", "analysis", "interventions", "pretrained", "viz"},
-    "tools": {"_checks", "core", "tasks", "analysis", "interventions", "pretrained", "viz"},
+    "timing": {"_checks"},
     "__init__": {"_checks", "core"},  # the top level re-exports core names only
 }
-# Modules no notebook imports directly: they serve the others (viz.diagrams and its three
-# helpers draw the book's SVG diagrams: python -m multihead.viz.diagrams; tools.fake_device
-# is the stand-in accelerator of tests/test_device.py).
-SUPPORT = {
-    "_checks", "tasks.lexicon", "tools.nbtools", "tools.fake_device", "tools.seedcheck",
-    "exercises._common",
-    "viz.diagrams", "viz.model_diagrams", "viz.chapter_pictures", "viz.drawing",
-}  # fmt: skip
-
+# Modules no notebook imports directly: they serve the others. (The repository's tools/, the
+# notebook runner, the seed sweep and the diagram generator, are outside the package and this
+# rule.)
+SUPPORT = {"_checks", "tasks.lexicon", "exercises._common"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
 
 

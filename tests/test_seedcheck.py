@@ -5,7 +5,7 @@ import json
 import nbformat
 import pytest
 
-from multihead.tools.seedcheck import (
+from tools.seedcheck import (
     COMPARE,
     RECORDER,
     RECORDER_CELL,
@@ -115,7 +115,7 @@ def test_the_markdown_summary_lists_what_failed():
     }
     text = render(sweep)
     assert "Offsets 100, 200 (2 runs of notebook 05 in fast mode" in text
-    assert "`python -m multihead.tools.seedcheck --offsets 100 200 --notebooks 05`" in text
+    assert "`python -m tools.seedcheck --offsets 100 200 --notebooks 05`" in text
     assert "0 held at every offset, 1 failed" in text
     assert "| 05 | 3 | `a < b \\| c` | 200 | -1 |" in text  # the pipe escaped for the table
 

@@ -1,6 +1,6 @@
 import pytest
 
-from multihead.tools.timing import median_times
+from multihead.timing import median_times
 
 
 def test_median_times_returns_one_positive_time_per_function():

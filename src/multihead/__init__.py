@@ -5,6 +5,7 @@ own layer and the layers before it (``tests/test_layers.py`` checks this):
 
 ========================  ==============================================================
 ``multihead._checks``     every argument check (and the mask polarities, written once)
+``multihead.timing``      fair wall-clock comparisons (imports ``_checks``)
 ``multihead.core``        the model: attention, hook points, layers, configs, training
 ``multihead.tasks``       data with known answers (imports ``core``)
 ``multihead.analysis``    pure functions of tensors (imports nothing of the package but
@@ -13,9 +14,11 @@ own layer and the layers before it (``tests/test_layers.py`` checks this):
                           task code comes in as callables)
 ``multihead.pretrained``  the packaged MiniLM and its analyses (imports the layers above)
 ``multihead.viz``         figures and explorers (imports ``core`` and ``analysis``)
-``multihead.exercises``,  the exercise checkers and the tooling (may import anything)
-``multihead.tools``
+``multihead.exercises``   the exercise checkers (may import anything)
 ========================  ==============================================================
+
+The repository's own tools (the notebook runner, the seed sweep, the diagram generator) live
+in ``tools/`` at the repository root, outside the package.
 
 ``CHAPTERS`` says which modules each chapter's notebook uses.
 """
@@ -69,7 +72,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.translation",
         "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
         "interventions.pruning", "viz.claims", "viz.glue", "viz.plotting", "viz.roles",
-        "tools.timing", "exercises",
+        "timing", "exercises",
     ),
     "08_drophead": (
         "core.model", "core.progress", "core.runtime", "tasks.translation", "analysis.diversity",

@@ -1,7 +1,7 @@
 """Progress bars that never leave a frozen widget in a saved notebook.
 
 Interactive notebooks get tqdm's widget bar and terminals its text bar (``tqdm.auto``).
-A notebook executed to be saved (``python -m multihead.tools.nbtools run``, the test-suite)
+A notebook executed to be saved (``python -m tools.nbtools run``, the test-suite)
 sets ``MULTIHEAD_PROGRESS=off``: a widget saved in a notebook renders as a frozen bar in the
 book, and a text bar as a page of carriage returns, so none is drawn.
 """

@@ -3,7 +3,7 @@ grids of cells, a colour-blind-safe palette, and a byte-reproducible SVG writer.
 
 A canvas's data units are inches and font sizes are points, so a label of 11 pt has the
 same size on every diagram, whatever its shape. Diagrams are built from these pieces in
-``multihead.viz.diagrams`` and ``multihead.viz.chapter_pictures``.
+``tools.diagrams`` and ``tools.chapter_pictures``.
 """
 
 from __future__ import annotations
@@ -201,7 +201,5 @@ def save_svg(fig: Figure, path: str | Path) -> Path:
         raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
     path = Path(path)
     with mpl.rc_context({"svg.hashsalt": "multihead", "svg.fonttype": "path"}):
-        fig.savefig(
-            path, format="svg", metadata={"Date": None, "Creator": "multihead.viz.diagrams"}
-        )
+        fig.savefig(path, format="svg", metadata={"Date": None, "Creator": "tools.diagrams"})
     return path

@@ -1,16 +1,18 @@
 """The book's diagrams of the model: the Transformer block, the encoder-decoder, talking
 heads (chapter 4) and the Hard Concrete gate (chapter 7). Each function returns a matplotlib
-``Figure``; ``multihead.viz.diagrams`` lists them and writes the SVGs.
+``Figure``; ``tools.diagrams`` lists them and writes the SVGs.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from multihead._checks import check_int
-from multihead.viz.drawing import (
+from multihead.interventions.gates import BETA, GAMMA, ZETA, prob_one, prob_zero
+from tools.drawing import (
     FONT,
     PALETTE,
     SMALL,
@@ -202,30 +204,13 @@ def talking_heads(n_key_heads: int = 3, n_softmax_heads: int = 4, n_value_heads:
 
 
 # -------------------------------------------------------------- chapter 7: Hard Concrete
-# The gate's constants used in chapter 7 (Louizos et al. 2018); tests/test_diagrams.py
-# checks them against multihead.interventions.gates, which this layer may not import.
-BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
-
-
+# The picture draws the gates of chapter 7: their constants and point masses come from
+# multihead.interventions.gates.
 def _concrete_density(s: np.ndarray, log_alpha: float, beta: float) -> np.ndarray:
     """Density of the binary Concrete s = sigmoid((logit u + log_alpha) / beta) on (0, 1)."""
     a = np.exp(log_alpha)
     num = beta * a * s ** (-beta - 1) * (1 - s) ** (-beta - 1)
     return num / (a * s ** (-beta) + (1 - s) ** (-beta)) ** 2
-
-
-def _sigmoid(t: float) -> float:
-    return float(1 / (1 + np.exp(-t)))
-
-
-def hard_concrete_masses(log_alpha: float = 0.5) -> tuple[float, float]:
-    """The point masses ``(P(g = 0), P(g = 1))`` drawn by ``hard_concrete``.
-
-    Shapes: none (two floats)."""
-    b = BETA
-    p0 = _sigmoid(b * np.log(-GAMMA / ZETA) - log_alpha)
-    p1 = _sigmoid(log_alpha - b * np.log((1 - GAMMA) / (ZETA - 1)))
-    return p0, p1
 
 
 def hard_concrete(log_alpha: float = 0.5) -> Figure:
@@ -244,7 +229,8 @@ def hard_concrete(log_alpha: float = 0.5) -> Figure:
     dens = _concrete_density(s, log_alpha, BETA)
     ymax = 3.2
     stretched = GAMMA + (ZETA - GAMMA) * s
-    p0, p1 = hard_concrete_masses(log_alpha)
+    t = torch.tensor(float(log_alpha), dtype=torch.float64)
+    p0, p1 = float(prob_zero(t)), float(prob_one(t))  # the point masses at 0 and 1
     blue, orange, verm = PALETTE["blue"], PALETTE["orange"], PALETTE["vermillion"]
     titles = [
         r"1. sample $s\in(0,1)$",

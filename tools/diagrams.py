@@ -4,11 +4,11 @@ They are schematic: shapes in the course's notation (``book/notation.md``), neve
 number (those come from the notebooks). One command regenerates every SVG of the book,
 byte for byte::
 
-    python -m multihead.viz.diagrams [OUTDIR]      # default: book/figures
+    python -m tools.diagrams [OUTDIR]      # default: book/figures
 
 The model's diagrams (block, encoder-decoder, talking heads, Hard Concrete) live in
-``multihead.viz.model_diagrams``, the chapter-opening pictures in
-``multihead.viz.chapter_pictures``; ``DIAGRAMS`` maps every file name to its drawing function.
+``tools.model_diagrams``, the chapter-opening pictures in ``tools.chapter_pictures``;
+``DIAGRAMS`` maps every file name to its drawing function.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from multihead._checks import check_int
 from multihead.core.attention import blocked
-from multihead.viz import chapter_pictures as pictures
-from multihead.viz import model_diagrams as model
-from multihead.viz.drawing import (
+from tools import chapter_pictures as pictures
+from tools import model_diagrams as model
+from tools.drawing import (
     FONT,
     PALETTE,
     SMALL,
@@ -267,13 +267,13 @@ def write_all(outdir: str | Path = "book/figures") -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m multihead.viz.diagrams [OUTDIR]``: regenerate every SVG of the book.
+    """``python -m tools.diagrams [OUTDIR]``: regenerate every SVG of the book.
 
     Shapes: none.
     """
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1:
-        print("usage: python -m multihead.viz.diagrams [OUTDIR]", file=sys.stderr)
+        print("usage: python -m tools.diagrams [OUTDIR]", file=sys.stderr)
         return 2
     for path in write_all(args[0] if args else "book/figures"):
         print(path)

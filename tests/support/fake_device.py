@@ -11,7 +11,7 @@ tensor with a CPU tensor that has elements) or raises (``.numpy()`` without ``.c
         train(model, task.sample, tcfg)            # trains on device()
     assert not fake.mixed, fake.mixed              # nothing was left on the CPU
 
-``python -m multihead.tools.fake_device notebooks/NN_name.ipynb`` runs a whole notebook
+``python tests/support/fake_device.py notebooks/NN_name.ipynb`` runs a whole notebook
 (fast mode) this way and names the cells that mixed devices. Only for tests: every op goes
 through Python, so training runs tens of times slower (a notebook that trains takes many
 minutes); the test-suite runs the training and scoring helpers this way, not the notebooks.
@@ -124,8 +124,12 @@ class FakeAccelerator(TorchDispatchMode):
         return tree_map(wrap, out)
 
 
+# The notebook's kernel imports this file from its folder, FOLDER (it is not in the package).
 _ENTER = """\
-from multihead.tools.fake_device import FakeAccelerator as _FakeAccelerator
+import sys as _sys
+_sys.path.insert(0, FOLDER)
+from fake_device import FakeAccelerator as _FakeAccelerator
+_sys.path.remove(FOLDER)
 _fake = _FakeAccelerator()
 _fake.__enter__()
 _fake_cells = {}
@@ -153,7 +157,8 @@ def run_notebook(path, fast: bool = True, timeout: int = 1800) -> dict[int, list
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     n_code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    probe = nbformat.v4.new_code_cell(_ENTER)
+    folder = repr(str(Path(__file__).resolve().parent))
+    probe = nbformat.v4.new_code_cell(_ENTER.replace("FOLDER", folder))
     report = nbformat.v4.new_code_cell("import json\nprint(json.dumps([_fake.mixed, _fake_cells]))")
     nb.cells = [nb.cells[0], probe, *nb.cells[1:], report]
     os.environ["MULTIHEAD_FAST"] = "1" if fast else "0"

@@ -2,7 +2,7 @@
 
 Nothing here is a result: the little attention maps are fixed random arrays chosen to look
 like patterns, and every number is a count or a rule of the construction. ``PICTURES`` maps
-each SVG name to its drawing function (``multihead.viz.diagrams`` writes them).
+each SVG name to its drawing function (``tools.diagrams`` writes them).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Rectangle
 
 from multihead._checks import check_int
-from multihead.viz.drawing import (
+from tools.drawing import (
     FONT,
     PALETTE,
     SMALL,

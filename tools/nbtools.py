@@ -2,8 +2,8 @@
 
 Two commands, run from the repository root::
 
-    python -m multihead.tools.nbtools sync          # write the setup cell into every notebook
-    python -m multihead.tools.nbtools run [NB ...]  # re-execute notebooks in full mode, in place
+    python -m tools.nbtools sync          # write the setup cell into every notebook
+    python -m tools.nbtools run [NB ...]  # re-execute notebooks in full mode, in place
 
 The repository URL lives in one place, ``repository.url`` in ``_config.yml``.
 """
@@ -154,7 +154,7 @@ def run(root: Path, paths: list[Path] | None = None, fast: bool = False) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m multihead.tools.nbtools", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.nbtools", description=__doc__)
     parser.add_argument("command", choices=["sync", "run"])
     parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: all)")
     parser.add_argument("--fast", action="store_true", help="run in fast mode")

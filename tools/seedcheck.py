@@ -6,8 +6,8 @@ and stops a cell at its first failing assert. This command runs each notebook on
 offset with every ``assert`` statement rewritten to *record* its outcome and go on, so one
 sweep gives, for every assert, the offsets at which it failed::
 
-    python -m multihead.tools.seedcheck --offsets 600 700 800          # every notebook, fast mode
-    python -m multihead.tools.seedcheck --offsets 600 700 --notebooks 05 06 --out sweep.json
+    python -m tools.seedcheck --offsets 600 700 800          # every notebook, fast mode
+    python -m tools.seedcheck --offsets 600 700 --notebooks 05 06 --out sweep.json
 
 It prints one row per assert that failed at some offset (cell, line, source, failures), and
 how many held everywhere. Asserts under ``if book_seeds():`` do not run at a non-zero offset,
@@ -214,7 +214,7 @@ def closeness(row: dict) -> float | None:
 
 
 def _notebook_paths() -> list[Path]:
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[1]
     return sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
@@ -233,7 +233,7 @@ def render(sweep: dict[int, dict]) -> str:
     failing, held = summarize(sweep)
     offsets = sorted(sweep)
     full = any(_full(sweep))
-    command = "python -m multihead.tools.seedcheck --offsets " + " ".join(map(str, offsets))
+    command = "python -m tools.seedcheck --offsets " + " ".join(map(str, offsets))
     ran = sorted({name.split("_")[0] for notebooks in sweep.values() for name in notebooks})
     every = {p.name.split("_")[0] for p in _notebook_paths()}
     what = "every notebook"
@@ -242,7 +242,7 @@ def render(sweep: dict[int, dict]) -> str:
         command += " --notebooks " + " ".join(ran)
     command += " --full" if full else ""
     lines = [
-        "<!-- written by python -m multihead.tools.seedcheck --markdown; do not edit -->",
+        "<!-- written by python -m tools.seedcheck --markdown; do not edit -->",
         f"Offsets {', '.join(map(str, offsets))} ({len(offsets)} runs of {what} in "
         f"{'full' if full else 'fast'} mode, `{command}`): "
         f"{len(failing) + len(held)} asserts ran, {len(held)} held at every offset, "
@@ -271,9 +271,7 @@ def _full(sweep: dict) -> list[bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m multihead.tools.seedcheck", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m tools.seedcheck", description=__doc__)
     parser.add_argument("--offsets", type=int, nargs="+", default=None)
     parser.add_argument("--notebooks", nargs="*", default=None, help="numbers, e.g. 05 06")
     parser.add_argument("--full", action="store_true", help="full mode (default: fast)")
@@ -316,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int, dict]:
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[1]
     paths = _notebook_paths()
     if args.notebooks:
         paths = [p for p in paths if any(p.name.startswith(n) for n in args.notebooks)]

@@ -1,1 +1,0 @@
-"""Tooling: notebook maintenance and timing."""

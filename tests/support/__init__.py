@@ -1,0 +1,1 @@
+"""Helpers the tests import (``from support.fake_device import FakeAccelerator``)."""
