@@ -1,48 +1,42 @@
-"""Training time of 1 seed, of 5 seeds as one batched model, and of 5 seeds one after another.
+"""Training time of 1 seed and of 5 seeds, one after another or in a pool of 2 processes.
 
-Run from the repository root:  python benchmarks/seed_batching.py [--steps 30] [--profile]
+Run from the repository root:  python benchmarks/seed_batching.py [--steps 30] [--rounds 3]
 
-For each model size the chapters train (the chapter-1/3 encoder, the chapter-6 tagger, the
-chapter-5 translation model), the three variants train from the same start on the same
-batches; each is run ``--rounds`` times, interleaved, and the median time per training step
-is printed with the ratios to one seed side by side. The goal is 5 seeds in at most twice
-the time of one. ``--profile`` prints the operators the batched run spends its time in.
-Nothing here is asserted: speed depends on the machine and on what else runs on it.
+Seeds train one after another with the one training loop (``core.train.train_seeds``). What
+is left to choose is how to spend the cores, and this measures it for each model size the
+chapters train (the chapter-1/3 encoder, the chapter-6 tagger, the chapter-5 translation
+model): 1 seed and 5 seeds one by one (``train_seeds``) at the default number of torch threads,
+and the same 5 seeds in a pool of 2 worker processes at one thread each (a spawn
+``ProcessPoolExecutor`` started once; its start-up and a warm-up run in every worker are not
+timed). Each variant runs ``--rounds`` times, interleaved, and the median time per training
+step (all the variant's seeds together) is printed with the ratios to one seed side by side.
+
+A batched engine, the seeds stacked into one model, was measured here before, on 2 quiet
+cores (``benchmarks/results/seed_batching.json``): 1.35-1.66x faster than the loop, and under
+1.5x at the translation size, which takes most of the notebooks' training time. It was then
+removed. Nothing here is asserted: speed depends on the machine and on what else runs on it.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from dataclasses import replace
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble import stack_seeds
-from multihead.core.ensemble_train import seed_token_loss, train_seeds
 from multihead.core.model import EncoderDecoder, EncoderModel
-from multihead.core.train import token_loss, train
+from multihead.core.train import token_loss, train_seeds
 from multihead.tasks.corpus import make_corpus
 from multihead.tasks.synthetic import LookupTask
-from multihead.tasks.tagging import (
-    TAGGING_PAD,
-    tagger_config,
-    tagging_data,
-    tagging_loss,
-    tagging_sampler,
-    tagging_seed_loss,
-)
-from multihead.tasks.translation import (
-    SEQ2SEQ_PAD,
-    encode,
-    sampler,
-    seq2seq_loss,
-    seq2seq_seed_loss,
-)
+from multihead.tasks.tagging import tagger_config, tagging_data, tagging_loss, tagging_sampler
+from multihead.tasks.translation import encode, sampler, seq2seq_loss
+from multihead.tools.timing import median_times
 
 SEEDS = (0, 1, 2, 3, 4)
+WORKERS = 2
 
 
 def setups() -> dict[str, dict]:
@@ -57,40 +51,73 @@ def setups() -> dict[str, dict]:
     )  # fmt: skip
     return {
         "ch1/3 encoder d=32, 1x4 heads, batch 64": dict(
-            make=lambda s: EncoderModel(encoder), sample=lookup.sample, batch=64,
-            loss=token_loss, seed_loss=seed_token_loss, pad=None,
+            make=lambda s: EncoderModel(encoder), sample=lookup.sample, batch=64, loss=token_loss,
         ),
         "ch6 tagger d=64, 6x4 heads, batch 32": dict(
             make=lambda s: EncoderModel(tagger), batch=32,
-            sample=tagging_sampler(tagging_data(corpus, corpus.train)),
-            loss=tagging_loss, seed_loss=tagging_seed_loss, pad=TAGGING_PAD,
+            sample=tagging_sampler(tagging_data(corpus, corpus.train)), loss=tagging_loss,
         ),
         "ch5 translation d=64, 3+3x4 heads, batch 64": dict(
             make=lambda s: EncoderDecoder(seq2seq), batch=64,
-            sample=sampler(encode(corpus, corpus.train)),
-            loss=seq2seq_loss, seed_loss=seq2seq_seed_loss, pad=SEQ2SEQ_PAD,
+            sample=sampler(encode(corpus, corpus.train)), loss=seq2seq_loss,
         ),
     }  # fmt: skip
 
 
-def variants(setup: dict, cfg: TrainConfig, device: torch.device) -> dict:
+def config(setup: dict, steps: int) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=setup["batch"], lr=3e-3, warmup=10)
+
+
+def train_on_cpu(setup: dict, seeds: tuple[int, ...], steps: int) -> float:
+    """Train ``seeds`` one after another from scratch; the last seed's final loss."""
+    _, histories = train_seeds(seeds, setup["make"], setup["sample"], config(setup, steps),
+                               loss_fn=setup["loss"], device=torch.device("cpu"))  # fmt: skip
+    return histories[-1].loss[-1]
+
+
+# In a worker process (spawned: it imports this file afresh): one thread, its own setups.
+_WORKER_SETUPS: dict[str, dict] = {}
+
+
+def _start_worker() -> None:
+    torch.set_num_threads(1)
+    _WORKER_SETUPS.update(setups())
+
+
+def _train_in_worker(name: str, seed: int, steps: int) -> float:
+    return train_on_cpu(_WORKER_SETUPS[name], (seed,), steps)
+
+
+def _warm_worker(steps: int) -> int:
+    for name in _WORKER_SETUPS:
+        _train_in_worker(name, 0, steps)  # first calls import and allocate
+    return os.getpid()
+
+
+def start_pool() -> ProcessPoolExecutor:
+    """A pool of ``WORKERS`` one-thread processes, every one of them started and warm."""
+    pool = ProcessPoolExecutor(
+        WORKERS, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker
+    )
+    warm: set[int] = set()
+    for _ in range(20):  # a worker that has run a task is warm; ask until every one has
+        warm |= {f.result() for f in [pool.submit(_warm_worker, 2) for _ in range(WORKERS)]}
+        if len(warm) == WORKERS:
+            return pool
+    pool.shutdown()
+    raise RuntimeError(f"only {len(warm)} of {WORKERS} workers took a warm-up task")
+
+
+def variants(name: str, setup: dict, steps: int, pool: ProcessPoolExecutor) -> dict:
     """The three ways to train, each a function of no argument that trains from scratch."""
 
-    def alone(seed: int) -> None:
-        torch.manual_seed(seed)
-        model = setup["make"](seed)
-        train(model, setup["sample"], replace(cfg, seed=seed), loss_fn=setup["loss"],
-              device=device, progress=False)  # fmt: skip
-
-    def batched() -> None:
-        ensemble = stack_seeds(setup["make"], SEEDS)
-        train_seeds(ensemble, setup["sample"], cfg, loss_fn=setup["seed_loss"],
-                    pad=setup["pad"], device=device)  # fmt: skip
+    def pooled() -> None:
+        list(pool.map(_train_in_worker, [name] * len(SEEDS), SEEDS, [steps] * len(SEEDS)))
 
     return {
-        "1 seed": lambda: alone(0),
-        "5 seeds batched": batched,
-        "5 seeds one by one": lambda: [alone(s) for s in SEEDS],
+        "1 seed": lambda: train_on_cpu(setup, SEEDS[:1], steps),
+        "5 seeds one by one": lambda: train_on_cpu(setup, SEEDS, steps),
+        f"5 seeds, {WORKERS} processes x 1 thread": pooled,
     }
 
 
@@ -98,41 +125,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=30, help="training steps per run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved runs per variant")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--profile", action="store_true", help="top operators, batched run")
     parser.add_argument("--only", default="", help="run the sizes whose name contains this")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {device}, "
-          f"{args.steps} steps, median of {args.rounds} interleaved runs")  # fmt: skip
-    for name, setup in setups().items():
-        if args.only not in name:
-            continue
-        cfg = TrainConfig(steps=args.steps, batch_size=setup["batch"], lr=3e-3, warmup=10)
-        fns = variants(setup, cfg, device)
-        for fn in variants(setup, replace(cfg, steps=2), device).values():
-            fn()  # warm-up: first calls import and allocate
-        times: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(args.rounds):
-            for key, fn in fns.items():
-                start = time.perf_counter()
-                fn()
-                times[key].append((time.perf_counter() - start) / args.steps * 1e3)
-        ms = {k: statistics.median(v) for k, v in times.items()}
-        one = ms["1 seed"]
-        print(f"\n{name}")
-        print(f"  {'variant':20s} {'ms/step':>9s} {'x one seed':>11s}")
-        for key, value in ms.items():
-            print(f"  {key:20s} {value:9.1f} {value / one:11.2f}")
-        if args.profile:
-            from torch.profiler import profile
-
-            with profile() as prof:
-                fns["5 seeds batched"]()
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) in this process, "
+          f"{WORKERS} worker processes x 1 thread, {args.steps} steps, median of {args.rounds} "
+          "interleaved runs")  # fmt: skip
+    chosen = {name: s for name, s in setups().items() if args.only in name}
+    pool = start_pool()
+    try:
+        for name, setup in chosen.items():
+            for fn in variants(name, setup, 2, pool).values():
+                fn()  # warm-up: first calls import and allocate
+            fns = variants(name, setup, args.steps, pool)
+            seconds = median_times(fns, rounds=args.rounds, number=1, warmup=0, grad=True)
+            ms = {key: value / args.steps * 1e3 for key, value in seconds.items()}
+            one = ms["1 seed"]
+            print(f"\n{name}")
+            print(f"  {'variant':32s} {'ms/step':>9s} {'x one seed':>11s}")
+            for key, value in ms.items():
+                print(f"  {key:32s} {value:9.1f} {value / one:11.2f}")
+    finally:
+        pool.shutdown()
 
 
 if __name__ == "__main__":

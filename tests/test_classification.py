@@ -7,15 +7,14 @@ import pytest
 import torch
 
 from multihead.core.config import TrainConfig
-from multihead.core.ensemble import stack_seeds
 from multihead.core.model import EncoderModel
 from multihead.tasks.classification import (
     ClassificationData,
     bag_of_words,
     classification_corpus,
     classification_data,
+    classification_loss,
     classification_sampler,
-    classification_seed_loss,
     classifier_config,
     classifier_scores,
     classify,
@@ -73,34 +72,62 @@ def test_mean_pool_equals_the_head_on_pooled_states(corpus):
     assert torch.allclose(classify(model, src), model.head(pooled_states), atol=1e-5)
 
 
-def test_seed_loss_matches_each_model_alone(corpus):
+def test_classification_loss_is_the_cross_entropy_of_the_pooled_logits(corpus):
     cfg = classifier_config(corpus, d_model=16, n_heads=4, n_layers=1, d_ff=32)
-    ens = stack_seeds(lambda s: EncoderModel(cfg), [0, 1])
+    torch.manual_seed(0)
+    model = EncoderModel(cfg).eval()
     data = classification_data(corpus, corpus.train)
     src, labels = classification_sampler(data)(8, torch.Generator().manual_seed(0))
-    losses = classification_seed_loss(ens, (ens.repeat(src), ens.repeat(labels)))
-    for k in range(2):
-        logits = classify(ens.pick(k), src)
-        alone = torch.nn.functional.cross_entropy(logits, labels)
-        assert torch.allclose(losses[k], alone, atol=1e-5)
+    loss = classification_loss(model, (src, labels))
+    assert loss.ndim == 0 and loss.requires_grad
+    want = torch.nn.functional.cross_entropy(classify(model, src), labels)
+    torch.testing.assert_close(loss.detach(), want, atol=1e-6, rtol=0)
+    padded = torch.cat([src, torch.zeros(8, 3, dtype=src.dtype)], dim=1)  # more padding
+    torch.testing.assert_close(classification_loss(model, (padded, labels)), loss, atol=1e-6,
+                               rtol=0)  # fmt: skip
+    flipped = classification_loss(model, (src, 1 - labels))
+    assert abs(flipped.item() - loss.item()) > 1e-4  # the labels count
 
 
-def test_train_classifiers_learns_and_caches(corpus, tmp_path, monkeypatch):
+def test_train_classifiers_scores_each_seed_as_alone_and_caches_each(corpus, tmp_path, monkeypatch):
+    from multihead.core import train as core_train
+
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
     cfg = classifier_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     train, valid = (
         classification_data(corpus, corpus.train),
         classification_data(corpus, corpus.valid),
     )
     tcfg = TrainConfig(steps=8, batch_size=16, lr=3e-3, warmup=2)
-    scores = train_classifiers(corpus, train, valid, cfg, tcfg, [0, 1], evals=2, name="t")
-    assert scores.steps == (4, 8) and scores.loss.shape == scores.accuracy.shape == (2, 2)
+    scores = train_classifiers([0, 1], corpus, train, valid, cfg, tcfg, evals=2, name="t")
+    assert scores.seeds == (0, 1) and scores.steps == (4, 8)
+    assert scores.loss.shape == scores.accuracy.shape == (2, 2)
     assert ((scores.accuracy >= 0) & (scores.accuracy <= 1)).all()
     assert torch.equal(scores.at(8)[0], scores.final_loss)
-    again = train_classifiers(corpus, train, valid, cfg, tcfg, [0, 1], evals=2, name="t")
-    assert torch.equal(scores.loss, again.loss) and again.seconds == scores.seconds  # cached
-    short = train_classifiers(corpus, train, valid, cfg, replace(tcfg, steps=4), [0, 1], name="t")
-    assert torch.allclose(short.final_loss, scores.at(4)[0], atol=1e-5)  # a prefix of the run
+    assert len(list(tmp_path.iterdir())) == 2  # one checkpoint per seed
+    for k, seed in enumerate([0, 1]):  # seed s: EncoderModel after manual_seed(s), own batches
+        torch.manual_seed(seed)
+        alone = EncoderModel(cfg)
+        core_train.train(alone, classification_sampler(train), replace(tcfg, seed=seed),
+                         loss_fn=classification_loss, progress=False)  # fmt: skip
+        loss, accuracy = classifier_scores(alone, valid)
+        assert (loss, accuracy) == (scores.final_loss[k].item(), scores.final_accuracy[k].item())
+    assert scores.final_loss[0] != scores.final_loss[1]
+    trained, real = [], core_train.train
+
+    def counting(model, sample, cfg, **kwargs):
+        trained.append(cfg.seed)
+        return real(model, sample, cfg, **kwargs)
+
+    monkeypatch.setattr(core_train, "train", counting)
+    again = train_classifiers([1, 2], corpus, train, valid, cfg, tcfg, evals=2, name="t")
+    assert trained == [2]  # seed 1 came from the cache, with its scores
+    assert torch.equal(again.loss[:, 0], scores.loss[:, 1])
+    assert torch.equal(again.accuracy[:, 0], scores.accuracy[:, 1])
+    short = train_classifiers([0, 1], corpus, train, valid, cfg, replace(tcfg, steps=4), name="t")
+    assert trained == [2, 0, 1]  # another run length: trained afresh
+    assert torch.equal(short.final_loss, scores.at(4)[0])  # ... and a prefix of the long run
     with pytest.raises(ValueError, match="step=5"):
         scores.at(5)
     loss, acc = classifier_scores(EncoderModel(cfg), valid)
@@ -134,20 +161,28 @@ def test_bad_inputs_name_the_argument(corpus):
     with pytest.raises(TypeError, match="data"):
         classification_sampler((data.src, data.labels))
     with pytest.raises(TypeError, match="valid_data"):
-        train_classifiers(corpus, data, (data.src, data.labels), cfg, tcfg, [0, 1])
+        train_classifiers([0, 1], corpus, data, (data.src, data.labels), cfg, tcfg)
+    with pytest.raises(TypeError, match="train_data"):
+        train_classifiers([0, 1], corpus, data.src, data, cfg, tcfg)
+    with pytest.raises(TypeError, match="corpus"):
+        train_classifiers([0, 1], "corpus", data, data, cfg, tcfg)
     with pytest.raises(ValueError, match="n_classes"):
         classifier_config(corpus, d_model=16, n_heads=2, n_classes=3)
     with pytest.raises(ValueError, match="classifier_config"):
         bad = cfg.__class__(vocab_size=5, d_model=16, n_heads=2, n_classes=2)
-        train_classifiers(corpus, data, data, bad, tcfg, [0, 1])
+        train_classifiers([0, 1], corpus, data, data, bad, tcfg)
+    with pytest.raises(TypeError, match="model_config"):
+        train_classifiers([0, 1], corpus, data, data, "cfg", tcfg)
     with pytest.raises(TypeError, match="seeds"):
-        train_classifiers(corpus, data, data, cfg, tcfg, [0])
+        train_classifiers(0, corpus, data, data, cfg, tcfg)
     with pytest.raises(ValueError, match="repeats"):
-        train_classifiers(corpus, data, data, cfg, tcfg, [1, 1])
+        train_classifiers([1, 1], corpus, data, data, cfg, tcfg)
+    with pytest.raises(ValueError, match=r"seeds\[1\]"):
+        train_classifiers([0, -1], corpus, data, data, cfg, tcfg)
     with pytest.raises(ValueError, match="evals=3"):
-        train_classifiers(corpus, data, data, cfg, tcfg, [0, 1], evals=3)
-    with pytest.raises(TypeError, match="train_cfg"):
-        train_classifiers(corpus, data, data, cfg, {"steps": 2}, [0, 1])
+        train_classifiers([0, 1], corpus, data, data, cfg, tcfg, evals=3)
+    with pytest.raises(TypeError, match="train_config"):
+        train_classifiers([0, 1], corpus, data, data, cfg, {"steps": 2})
     with pytest.raises(ValueError, match="vocab_size"):
         bag_of_words(data, 3)
     with pytest.raises(TypeError, match="data"):

@@ -14,7 +14,7 @@ from multihead.interventions.gates import fine_tune_with_gates
 from multihead.interventions.pruning import head_confidences, head_importance
 from multihead.tasks.corpus import make_corpus
 from multihead.tasks.synthetic import LookupTask, SubsetCountTask
-from multihead.tasks.tagging import tagger_accuracy, tagger_config, tagging_data, train_tagger
+from multihead.tasks.tagging import tagger_accuracy, tagger_config, tagging_data, train_taggers
 from multihead.tasks.translation import (
     batches,
     confidence_queries,
@@ -25,7 +25,7 @@ from multihead.tasks.translation import (
     sampler,
     seq2seq_loss,
     teacher_forced,
-    train_translation_model,
+    train_translation_models,
 )
 
 pytestmark = pytest.mark.slow  # each trains a small model through Python-level dispatch
@@ -93,8 +93,8 @@ def test_translation_helpers_follow_the_device():
     )
     data = encode(corpus, corpus.valid[:8])
     with FakeAccelerator() as fake:
-        setup = train_translation_model(
-            corpus, on_step=drophead_schedule(0.2, 3), on_step_key="drophead 0.2", **kw
+        (setup,) = train_translation_models(
+            [0], corpus, on_step=drophead_schedule(0.2, 3), on_step_key="drophead 0.2", **kw
         )
         model = setup.model
         assert _on_fake(model)
@@ -116,9 +116,12 @@ def test_tagger_follows_the_device():
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     train_data, valid = tagging_data(corpus, corpus.train), tagging_data(corpus, corpus.valid)
     with FakeAccelerator() as fake:
-        model = train_tagger(corpus, train_data, cfg, TrainConfig(steps=3, batch_size=8))
+        (model,) = train_taggers([0], corpus, train_data, cfg, TrainConfig(steps=3, batch_size=8))
         assert _on_fake(model)
         tagger_accuracy(model, valid)
+        (loaded,) = train_taggers([0], corpus, train_data, cfg, TrainConfig(steps=3, batch_size=8))
+        assert _on_fake(loaded)  # a seed loaded from the cache goes to the device too
+        assert tagger_accuracy(loaded, valid) == tagger_accuracy(model, valid)
     assert not fake.mixed, fake.mixed
 
 

@@ -5,30 +5,19 @@ import torch
 
 from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import ModelConfig, TrainConfig
-from multihead.core.ensemble import stack_seeds
-from multihead.core.ensemble_train import train_seeds
 from multihead.core.hooks import run_with_cache
-from multihead.core.model import EncoderDecoder, EncoderModel, attention_modules
-from multihead.core.train import train
+from multihead.core.model import EncoderModel, attention_modules
+from multihead.core.train import train, train_seeds
 from multihead.interventions.drophead import (
     DropHead,
-    SeedDropHead,
     drophead_gate,
     drophead_rate,
     drophead_schedule,
     gate_moments,
     head_outputs,
     injected_variance,
-    seed_drophead_schedule,
 )
-from multihead.tasks.corpus import make_corpus
-from multihead.tasks.translation import (
-    SEQ2SEQ_PAD,
-    encode,
-    sampler,
-    seq2seq_loss,
-    seq2seq_seed_loss,
-)
+from multihead.tasks.synthetic import LookupTask
 
 
 def _gates(h, p, n=40000):
@@ -118,6 +107,8 @@ def test_bad_input():
         injected_variance(torch.zeros(1, 1, 2, 3), 0.1)
     with pytest.raises(ValueError, match="p="):
         drophead_schedule(1.2, 10)
+    with pytest.raises(ValueError, match="schedule"):
+        drophead_schedule(0.3, 10, "w")
 
 
 def test_drophead_gate_generator_and_bad_batch():
@@ -174,69 +165,37 @@ def test_drophead_schedule_attaches_once():
     assert calls == [1]
 
 
-@pytest.fixture
-def float64():
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(saved)
+def _hooks(model):
+    return sum(len(m._forward_hooks) for m in model.modules())
 
 
 @pytest.mark.parametrize("schedule", ["constant", "v"])
-def test_a_batched_seed_with_drophead_equals_that_seed_trained_alone_with_the_hook(
-    schedule, float64
-):
-    corpus = make_corpus(120, seed=0)
-    cfg = ModelConfig(vocab_size=len(corpus.src_vocab), n_classes=len(corpus.tgt_vocab),
-                      d_model=16, n_heads=4, n_layers=1, n_decoder_layers=1, d_ff=32,
-                      max_len=32)  # fmt: skip
-    # No dropout here: the seeds' batches are padded to one length, so a dropout mask of the
-    # batched run has another shape than the alone run's; DropHead's gates (batch, heads) do not.
-    tcfg = TrainConfig(steps=10, batch_size=8, lr=3e-3, warmup=4)
-    sample = sampler(encode(corpus, corpus.train))
-    seeds = [0, 1]
-    ensemble = stack_seeds(lambda s: EncoderDecoder(cfg), seeds)
-    on_step = seed_drophead_schedule(0.5, tcfg.steps, schedule, turn=tcfg.warmup)
-    histories = train_seeds(ensemble, sample, tcfg, loss_fn=seq2seq_seed_loss, pad=SEQ2SEQ_PAD,
-                            device=torch.device("cpu"), on_step=on_step)  # fmt: skip
-    for k, seed in enumerate(seeds):
-        torch.manual_seed(seed)
-        model = EncoderDecoder(cfg)
+def test_a_drophead_schedule_follows_train_seeds_to_each_new_model(schedule):
+    task = LookupTask(vocab_size=4, seq_len=8)
+    cfg = ModelConfig(vocab_size=4, n_classes=16, d_model=16, n_heads=4, n_layers=1, max_len=8)
+    tcfg = TrainConfig(steps=6, batch_size=8, lr=3e-3, warmup=2)
+    cpu = torch.device("cpu")
+    on_step = drophead_schedule(0.5, tcfg.steps, schedule, turn=tcfg.warmup)
+    models, histories = train_seeds([0, 1], lambda s: EncoderModel(cfg), task.sample, tcfg,
+                                    device=cpu, on_step=on_step)  # fmt: skip
+    for seed, model, history in zip([0, 1], models, histories, strict=True):
+        torch.manual_seed(seed)  # the seed alone, with a schedule of its own
+        alone = EncoderModel(cfg)
         hook = drophead_schedule(0.5, tcfg.steps, schedule, turn=tcfg.warmup)
-        alone = train(model, sample, replace(tcfg, seed=seed), loss_fn=seq2seq_loss,
-                      device=torch.device("cpu"), progress=False, on_step=hook)  # fmt: skip
-        assert max(abs(a - b) for a, b in zip(alone.loss, histories[k].loss, strict=True)) < 1e-8
-        picked = ensemble.pick(k).state_dict()
-        diff = max((t - picked[n]).abs().max().item() for n, t in model.state_dict().items()
-                   if "b_K" not in n)  # fmt: skip
-        assert diff < 1e-6, (seed, diff)
-    # Without DropHead the same seeds train differently: the test can fail.
-    torch.manual_seed(0)
-    plain = train(EncoderDecoder(cfg), sample, replace(tcfg, seed=0), loss_fn=seq2seq_loss,
-                  device=torch.device("cpu"), progress=False)  # fmt: skip
-    assert max(abs(a - b) for a, b in zip(plain.loss, histories[0].loss, strict=True)) > 1e-3
+        ref = train(alone, task.sample, replace(tcfg, seed=seed), device=cpu, progress=False,
+                    on_step=hook)  # fmt: skip
+        hook.remove()
+        assert history.loss == ref.loss
+        assert all(torch.equal(t, alone.state_dict()[n]) for n, t in model.state_dict().items())
+    # Without DropHead the second seed trains differently: the schedule reached its model.
+    torch.manual_seed(1)
+    plain = train(EncoderModel(cfg), task.sample, replace(tcfg, seed=1), device=cpu,
+                  progress=False)  # fmt: skip
+    assert max(abs(a - b) for a, b in zip(plain.loss, histories[1].loss, strict=True)) > 1e-3
+    # The first model was let go; the last keeps DropHead until remove().
+    x = task.sample(4, torch.Generator().manual_seed(0))[0]
+    assert _hooks(models[0]) == 0 and on_step.model is models[1] and _hooks(models[1]) > 0
+    models[0].train()
+    assert torch.equal(models[0](x), models[0](x))  # no gate drawn
     on_step.remove()
-    assert ensemble.head_gates is None
-
-
-def test_seed_drophead_bad_input():
-    cfg = ModelConfig(vocab_size=4, n_classes=4, d_model=8, n_heads=2, n_layers=1, max_len=8)
-    ensemble = stack_seeds(lambda s: EncoderModel(cfg), [0, 1])
-    with pytest.raises(TypeError, match="ensemble must be a SeedEnsemble"):
-        SeedDropHead(EncoderModel(cfg), [0.1, 0.1])
-    with pytest.raises(ValueError, match="rates holds 1 rates but the ensemble has 2 seeds"):
-        SeedDropHead(ensemble, [0.1])
-    with pytest.raises(TypeError, match="rates must be a list"):
-        SeedDropHead(ensemble, 0.1)
-    with pytest.raises(ValueError, match="rates\\[1\\]"):
-        SeedDropHead(ensemble, [0.1, 1.5])
-    with pytest.raises(ValueError, match="schedule"):
-        seed_drophead_schedule(0.3, 10, "w")
-    with pytest.raises(TypeError, match="fn must be callable"):
-        ensemble.set_head_gates("gates")
-    ensemble.set_head_gates(lambda path, b, h, gens: torch.ones(3, b, h))
-    ensemble.train()
-    with pytest.raises(ValueError, match="head gates of encoder.layers.0.attn must be shaped"):
-        ensemble(torch.zeros(2, 3, 8, dtype=torch.long))
-    with pytest.raises(TypeError, match="on_step must be callable"):
-        train_seeds(ensemble, lambda b, g: None, TrainConfig(steps=1), on_step=3)
+    assert _hooks(models[1]) == 0 and on_step.drophead is None and on_step.model is None

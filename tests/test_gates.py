@@ -183,104 +183,69 @@ def _translation(seed: int = 0):
     return encode(corpus, corpus.train), EncoderDecoder(cfg).double().eval()
 
 
-def test_gates_together_equal_each_run_alone(monkeypatch):
-    from multihead.interventions.gates import fine_tune_with_gates, fine_tune_with_gates_together
-    from multihead.tasks import translation
-    from multihead.tasks.translation import SEQ2SEQ_PAD, sampler, seq2seq_loss, seq2seq_seed_loss
+def _state(model):
+    return {n: t.detach().clone() for n, t in model.state_dict().items()}
 
-    grouped = []
-    length_groups = translation.length_groups
 
-    def counting(*args):  # the gates are drawn once per step, so the batch may be split
-        grouped.append(args[2])
-        return length_groups(*args)
-
-    monkeypatch.setattr(translation, "length_groups", counting)
+def test_gated_fine_tunes_one_after_another_each_equal_the_run_alone():
+    from multihead.interventions.gates import fine_tune_with_gates
+    from multihead.tasks.translation import sampler, seq2seq_loss
 
     data, base = _translation()
     sample, other = sampler(data), _translation(seed=5)[1]
-    models, lams, seeds = [base, base, other], [0.0, 0.5, 0.5], [0, 0, 3]
-    before = copy.deepcopy(base.state_dict())
-    together = fine_tune_with_gates_together(
-        models,
-        sample,
-        seq2seq_seed_loss,
-        lams=lams,
-        seeds=seeds,
-        steps=6,
-        batch_size=44,
-        gate_lr=0.3,
-        pad=SEQ2SEQ_PAD,
-        progress=False,
-    )  # fmt: skip  (44 rows: the loss takes them in two length groups)
-    assert grouped == [2] * 6  # two length groups at every step
-    assert all(torch.equal(t, base.state_dict()[n]) for n, t in before.items())  # inputs kept
-    for model, lam, seed, (tuned, run) in zip(models, lams, seeds, together, strict=True):
+    kw = dict(steps=3, batch_size=8, gate_lr=0.3, progress=False)
+    runs = [(base, 0.0, 0), (base, 0.5, 0), (other, 0.5, 3)]  # (model, lam, seed)
+    after = []
+    for model, lam, seed in runs:  # one after another, each on a copy, as a sweep does
+        tuned = copy.deepcopy(model)
+        after.append((fine_tune_with_gates(tuned, sample, seq2seq_loss, lam=lam, seed=seed,
+                                           **kw), _state(tuned)))  # fmt: skip
+    for k in (2, 1):  # the later runs again, first of all and in the other order
+        (model, lam, seed), (run, state) = runs[k], after[k]
         alone = copy.deepcopy(model)
-        ref = fine_tune_with_gates(
-            alone, sample, seq2seq_loss, lam=lam, steps=6, batch_size=44, gate_lr=0.3,
-            seed=seed, progress=False,
-        )  # fmt: skip
-        assert torch.allclose(torch.tensor(run.task_loss), torch.tensor(ref.task_loss), atol=1e-5)
-        assert torch.allclose(
-            torch.tensor(run.expected_heads), torch.tensor(ref.expected_heads), atol=1e-5
-        )
-        for n in ref.log_alpha:
-            assert torch.allclose(run.log_alpha[n], ref.log_alpha[n], atol=1e-5)
-            assert torch.equal(run.masks[n], ref.masks[n])
-        for n, t in alone.state_dict().items():
-            assert torch.allclose(tuned.state_dict()[n], t, atol=1e-5), n
-    # the penalty moved the gates: the two runs of one model differ
-    assert together[0][1].expected_heads[-1] > together[1][1].expected_heads[-1]
+        ref = fine_tune_with_gates(alone, sample, seq2seq_loss, lam=lam, seed=seed, **kw)
+        assert run.task_loss == ref.task_loss and run.expected_heads == ref.expected_heads
+        assert all(torch.equal(run.log_alpha[n], t) for n, t in ref.log_alpha.items())
+        assert all(torch.equal(run.masks[n], t) for n, t in ref.masks.items())
+        assert all(torch.equal(state[n], t) for n, t in alone.state_dict().items())
+    # the penalty moved the gates; another seed draws other batches
+    assert after[0][0].expected_heads[-1] > after[1][0].expected_heads[-1]
+    reseeded = fine_tune_with_gates(copy.deepcopy(base), sample, seq2seq_loss, lam=0.5, seed=1,
+                                    **{**kw, "steps": 1})  # fmt: skip
+    assert reseeded.task_loss[0] != after[1][0].task_loss[0]
 
 
-def test_gates_together_bad_input():
-    from multihead.interventions.gates import fine_tune_with_gates_together
-    from multihead.tasks.translation import sampler, seq2seq_seed_loss
+def test_fine_tune_with_gates_bad_input():
+    from multihead.interventions.gates import fine_tune_with_gates
 
-    data, m = _translation()
-    sample = sampler(data)
-    kw = {"steps": 1, "progress": False}
-    with pytest.raises(TypeError, match="models"):
-        fine_tune_with_gates_together(m, sample, seq2seq_seed_loss, lams=[0.1], seeds=[0], **kw)
-    with pytest.raises(ValueError, match="lams must be a list of 2"):
-        fine_tune_with_gates_together(
-            [m, m], sample, seq2seq_seed_loss, lams=[0.1], seeds=[0, 1], **kw
-        )
-    with pytest.raises(ValueError, match=r"lams\[1\]"):
-        fine_tune_with_gates_together(
-            [m, m], sample, seq2seq_seed_loss, lams=[0.1, -1], seeds=[0, 1], **kw
-        )
-    with pytest.raises(ValueError, match=r"seeds\[0\]"):
-        fine_tune_with_gates_together([m], sample, seq2seq_seed_loss, lams=[0.1], seeds=[-2], **kw)
+    sample, loss_fn = _sample_and_loss()
+    model = _model()
+    for lam in (-1.0, True, "0.1"):
+        with pytest.raises(ValueError, match="lam"):
+            fine_tune_with_gates(model, sample, loss_fn, lam=lam, steps=1)
     with pytest.raises(ValueError, match="steps"):
-        fine_tune_with_gates_together(
-            [m], sample, seq2seq_seed_loss, lams=[0.1], seeds=[0], steps=0
-        )
-    cfg = ModelConfig(vocab_size=9, n_classes=10, d_model=16, n_heads=4, n_layers=1, dropout=0.1)
-    with pytest.raises(ValueError, match="dropout"):
-        fine_tune_with_gates_together(
-            [EncoderDecoder(cfg)], sample, seq2seq_seed_loss, lams=[0.1], seeds=[0], **kw
-        )
+        fine_tune_with_gates(model, sample, loss_fn, lam=0.1, steps=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        fine_tune_with_gates(model, sample, loss_fn, lam=0.1, steps=1, batch_size=0)
+    with pytest.raises(ValueError, match="beta"):
+        fine_tune_with_gates(model, sample, loss_fn, lam=0.1, steps=1, beta=0.0)
+    src, tgt = _inputs()
+    model.train()  # nothing was left attached
+    assert torch.equal(model(src, tgt), model(src, tgt))
 
 
-def test_gates_together_on_a_pruned_model():
-    from multihead.interventions.gates import fine_tune_with_gates, fine_tune_with_gates_together
+def test_fine_tune_with_gates_on_a_pruned_model():
+    from multihead.interventions.gates import fine_tune_with_gates
     from multihead.interventions.pruning import prune_model
-    from multihead.tasks.translation import SEQ2SEQ_PAD, sampler, seq2seq_loss, seq2seq_seed_loss
+    from multihead.tasks.translation import sampler, seq2seq_loss
 
     data, model = _translation()
-    sample = sampler(data)
     pruned = prune_model(model, {"encoder.layers.0.attn": torch.tensor([1.0, 0, 0, 1])})
-    (tuned, run), _ = fine_tune_with_gates_together(
-        [pruned, pruned], sample, seq2seq_seed_loss, lams=[0.2, 0.0], seeds=[2, 2], steps=3,
-        batch_size=44, pad=SEQ2SEQ_PAD, progress=False,
-    )  # fmt: skip
-    assert run.log_alpha["encoder.layers.0.attn"].shape == (2,)
-    alone = copy.deepcopy(pruned)
-    ref = fine_tune_with_gates(
-        alone, sample, seq2seq_loss, lam=0.2, steps=3, batch_size=44, seed=2, progress=False
-    )
-    assert torch.allclose(torch.tensor(run.task_loss), torch.tensor(ref.task_loss), atol=1e-5)
-    for n in ref.log_alpha:
-        assert torch.allclose(run.log_alpha[n], ref.log_alpha[n], atol=1e-5)
+    run = fine_tune_with_gates(pruned, sampler(data), seq2seq_loss, lam=0.2, steps=3,
+                               batch_size=16, seed=2, progress=False)  # fmt: skip
+    assert run.log_alpha["encoder.layers.0.attn"].shape == (2,)  # a gate per remaining head
+    assert run.masks["encoder.layers.0.attn"].shape == (2,)
+    assert run.log_alpha["encoder.layers.1.attn"].shape == (4,)
+    assert dict(attention_modules(pruned))["encoder.layers.0.attn"].n_heads == 2
+    with head_masks(pruned, run.masks):  # the masks apply to the pruned model
+        pruned(data.src[:3], data.tgt[:3, :-1])

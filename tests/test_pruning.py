@@ -260,112 +260,214 @@ def _sample(data: Encoded):
     return sample
 
 
-def test_train_with_masks_trains_each_masked_model_as_alone(monkeypatch):
+_PER_HEAD = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
+
+
+def _train_masked_alone(model, mask, sample, cfg, seed):
+    """The reference: a copy of ``model`` trained by ``train`` with ``mask`` in force."""
     from dataclasses import replace
 
-    from multihead.core.config import TrainConfig
     from multihead.core.train import train
-    from multihead.interventions import pruning
-    from multihead.interventions.pruning import train_with_masks
-    from multihead.tasks.translation import SEQ2SEQ_PAD, seq2seq_loss, seq2seq_seed_loss
+    from multihead.tasks.translation import seq2seq_loss
 
+    alone = copy.deepcopy(model)
+    with head_masks(alone, mask):
+        history = train(alone, sample, replace(cfg, seed=seed), loss_fn=seq2seq_loss,
+                        device=torch.device("cpu"), progress=False)  # fmt: skip
+    return alone, history
+
+
+def _outputs(model, data, mask=None):
+    x, kw = (data.src, data.tgt[:, :-1]), {"src_padding_mask": data.src == 0}
+    with torch.no_grad(), head_masks(model, mask or {}):
+        return model.eval()(*x, **kw)
+
+
+def test_train_with_masks_trains_each_masked_model_as_train_does(monkeypatch):
+    from multihead.core.config import TrainConfig
+    from multihead.interventions.pruning import train_with_masks
+    from multihead.tasks.translation import seq2seq_loss
+
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
     data = _data(16)
-    models = [_model(0), _model(1)]
+    models = [_model(0).double(), _model(1).double()]  # float64: sliced and full sums agree
     masks = [full_masks(m) for m in models]
     masks[0]["encoder.layers.0.attn"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
     masks[1]["encoder.layers.0.attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
-    masks[1]["decoder.layers.1.cross_attn"] = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    masks[1]["decoder.layers.1.cross_attn"] = torch.tensor([0.0, 1.0, 0.0, 1.0])
     # a module missing from a mask keeps the model's own mask
     dict(attention_modules(models[1]))["decoder.layers.0.attn"].head_mask[2] = 0.0
     del masks[1]["decoder.layers.0.attn"]
     before = [copy.deepcopy(m.state_dict()) for m in models]
-    cfg = TrainConfig(steps=5, batch_size=4, lr=1e-2, warmup=0, grad_clip=0.0)
-    widths = {}
-    train_seeds = pruning.train_seeds
+    cfg = TrainConfig(steps=5, batch_size=4, lr=1e-2, warmup=0, weight_decay=0.1)
+    widths = []
 
-    def recording(ensemble, *args, **kwargs):  # the batched run computes only needed heads
-        widths.update({n: m.n_heads for n, m in attention_modules(ensemble.template)})
-        return train_seeds(ensemble, *args, **kwargs)
+    def recording(model, batch):  # the heads each training step computes
+        widths.append({n: m.n_heads for n, m in attention_modules(model)})
+        return seq2seq_loss(model, batch)
 
-    monkeypatch.setattr(pruning, "train_seeds", recording)
     trained, histories = train_with_masks(
-        models, masks, _sample(data), cfg, loss_fn=seq2seq_seed_loss, seeds=[3, 4],
-        pad=SEQ2SEQ_PAD,
-    )  # fmt: skip
-    assert widths["encoder.layers.0.attn"] == 2  # the most heads either model keeps there
-    assert widths["decoder.layers.1.cross_attn"] == 4 and widths["encoder.layers.1.attn"] == 4
-    assert widths["decoder.layers.0.attn"] == 4  # model 0 keeps all four there
-    assert len(trained) == len(histories) == 2 and len(histories[0].loss) == 5
+        models, masks, _sample(data), cfg, loss_fn=recording, seeds=[3, 4]
+    )
+    assert len(trained) == len(histories) == 2 and len(widths) == 10
+    assert widths[0] == {**dict.fromkeys(PATHS, 4), "encoder.layers.0.attn": 2}  # sliced
+    assert widths[5] == {**dict.fromkeys(PATHS, 4), "encoder.layers.0.attn": 1,
+                         "decoder.layers.1.cross_attn": 2, "decoder.layers.0.attn": 3}  # fmt: skip
+    assert widths[:5] == [widths[0]] * 5 and widths[5:] == [widths[5]] * 5
     for m, state in zip(models, before, strict=True):  # the inputs are untouched
         assert all(torch.equal(state[n], t) for n, t in m.state_dict().items())
-    for k, (model, mask) in enumerate(zip(models, masks, strict=True)):
-        got = dict(attention_modules(trained[k]))
-        for name, m in mask.items():
-            assert torch.equal(got[name].head_mask.cpu(), m)
+    for k, (model, mask, seed) in enumerate(zip(models, masks, [3, 4], strict=True)):
+        got = trained[k]
+        assert not got.training and all(m.n_heads == 4 for _, m in attention_modules(got))
+        final = {n: m.head_mask.cpu() for n, m in attention_modules(got)}  # carries the mask
+        assert all(torch.equal(final[n], t.double()) for n, t in mask.items())
         own = before[k]["decoder.layers.0.attn.head_mask"]
-        assert torch.equal(got["decoder.layers.0.attn"].head_mask.cpu(), own)
-        # a masked head's projections get no gradient, so they keep their initial values
-        enc = got["encoder.layers.0.attn"]
-        for h in range(4):  # a masked head keeps its starting weights (wd = 0)
-            if mask["encoder.layers.0.attn"][h] == 0:
-                assert torch.equal(enc.W_Q[h].cpu(), before[k]["encoder.layers.0.attn.W_Q"][h])
-        alone = copy.deepcopy(model)
-        with head_masks(alone, mask):
-            train(alone, _sample(data), replace(cfg, seed=[3, 4][k]), loss_fn=seq2seq_loss,
-                  progress=False)  # fmt: skip
-            x = (data.src, data.tgt[:, :-1])
-            kw = {"src_padding_mask": data.src == 0}
-            with torch.no_grad():
-                assert torch.allclose(trained[k](*x, **kw), alone(*x, **kw), atol=1e-4)
+        assert torch.equal(final["decoder.layers.0.attn"], own)
+        alone, history = _train_masked_alone(model, mask, _sample(data), cfg, seed)
+        assert history.loss == pytest.approx(histories[k].loss, abs=1e-5)
+        torch.testing.assert_close(_outputs(got, data), _outputs(alone, data, mask), atol=1e-5,
+                                   rtol=0)  # fmt: skip
+        state, ref = got.state_dict(), alone.state_dict()
+        for name, start in before[k].items():
+            path, _, leaf = name.rpartition(".")
+            if leaf in _PER_HEAD:
+                off = final[path] == 0
+                # a masked head keeps its starting weights (no weight decay: it was sliced
+                # off), where the masked run decays them; a kept head trains as there
+                assert torch.equal(state[name][off], start[off])
+                if leaf.startswith("W_") and off.any():  # (the biases start at zero)
+                    assert not torch.equal(ref[name][off], start[off])
+                torch.testing.assert_close(state[name][~off], ref[name][~off], atol=1e-5, rtol=0)
+            elif leaf != "head_mask":
+                torch.testing.assert_close(state[name], ref[name], atol=1e-5, rtol=0)
+
+
+def test_train_with_masks_keeps_one_masked_head_where_a_module_keeps_none(monkeypatch):
+    from multihead.core.config import TrainConfig
+    from multihead.interventions.pruning import train_with_masks
+    from multihead.tasks.translation import seq2seq_loss
+
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
+    data, model = _data(16), _model(2).double()
+    # the model's own mask removes every head of one module; the mask leaves it out
+    dict(attention_modules(model))["decoder.layers.0.cross_attn"].head_mask.zero_()
+    mask = {"encoder.layers.1.attn": torch.tensor([0.0, 1.0, 1.0, 0.0])}
+    cfg = TrainConfig(steps=4, batch_size=4, lr=1e-2, warmup=0)
+    widths = []
+
+    def recording(m, batch):
+        widths.append({n: a.n_heads for n, a in attention_modules(m)})
+        return seq2seq_loss(m, batch)
+
+    (got,), (history,) = train_with_masks([model], [mask], _sample(data), cfg,
+                                          loss_fn=recording, seeds=[1])  # fmt: skip
+    assert widths[0]["decoder.layers.0.cross_attn"] == 1  # one head kept, masked
+    assert widths[0]["encoder.layers.1.attn"] == 2
+    final = dict(attention_modules(got))
+    assert (final["decoder.layers.0.cross_attn"].head_mask == 0).all()
+    alone, ref = _train_masked_alone(model, mask, _sample(data), cfg, 1)
+    assert history.loss == pytest.approx(ref.loss, abs=1e-5)
+    torch.testing.assert_close(_outputs(got, data), _outputs(alone, data, mask), atol=1e-5, rtol=0)
+
+
+def test_train_with_masks_trains_talking_heads_unsliced(monkeypatch):
+    from multihead.core.config import TrainConfig
+    from multihead.interventions.pruning import train_with_masks
+    from multihead.tasks.translation import seq2seq_loss
+
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=9, n_classes=10, d_model=16, n_heads=4, n_layers=1,
+                      n_decoder_layers=1, max_len=12, attention="talking_heads")  # fmt: skip
+    model, data = EncoderDecoder(cfg).eval(), _data(16)
+    mask = {"encoder.layers.0.attn": torch.tensor([1.0, 0.0, 1.0, 1.0])}
+    tcfg = TrainConfig(steps=3, batch_size=4, lr=1e-2, warmup=0)
+    widths = []
+
+    def recording(m, batch):
+        widths.append({n: a.n_heads for n, a in attention_modules(m)})
+        return seq2seq_loss(m, batch)
+
+    (got,), (history,) = train_with_masks([model], [mask], _sample(data), tcfg,
+                                          loss_fn=recording, seeds=[2])  # fmt: skip
+    assert all(w == 4 for w in widths[0].values())  # talking heads mix heads: not sliced
+    alone, ref = _train_masked_alone(model, mask, _sample(data), tcfg, 2)
+    assert history.loss == ref.loss
+    for name, t in alone.state_dict().items():
+        if not name.endswith("head_mask"):
+            assert torch.equal(got.state_dict()[name], t), name
+    assert torch.equal(
+        dict(attention_modules(got))["encoder.layers.0.attn"].head_mask,
+        mask["encoder.layers.0.attn"],
+    )
 
 
 def test_train_with_masks_bad_input():
     from multihead.core.config import TrainConfig
     from multihead.interventions.pruning import train_with_masks
-    from multihead.tasks.translation import seq2seq_seed_loss
+    from multihead.tasks.translation import seq2seq_loss
 
     models, data = [_model(0), _model(1)], _data()
     masks = [full_masks(m) for m in models]
     cfg = TrainConfig(steps=1, batch_size=2)
-    kw = {"loss_fn": seq2seq_seed_loss, "seeds": [0, 1]}
+    kw = {"loss_fn": seq2seq_loss, "seeds": [0, 1]}
     with pytest.raises(TypeError, match="models"):
         train_with_masks(models[0], masks, _sample(data), cfg, **kw)
     with pytest.raises(ValueError, match="masks must be a list of 2"):
         train_with_masks(models, masks[:1], _sample(data), cfg, **kw)
     with pytest.raises(ValueError, match="seeds must hold 2"):
-        train_with_masks(models, masks, _sample(data), cfg, loss_fn=seq2seq_seed_loss, seeds=[0])
+        train_with_masks(models, masks, _sample(data), cfg, loss_fn=seq2seq_loss, seeds=[0])
+    with pytest.raises(TypeError, match="seeds must be a list"):
+        train_with_masks(models, masks, _sample(data), cfg, loss_fn=seq2seq_loss, seeds=3)
+    with pytest.raises(ValueError, match=r"seeds\[1\]"):
+        train_with_masks(models, masks, _sample(data), cfg, loss_fn=seq2seq_loss, seeds=[0, -1])
     with pytest.raises(TypeError, match="cfg"):
         train_with_masks(models, masks, _sample(data), {"steps": 1}, **kw)
+    with pytest.raises(TypeError, match="sample"):
+        train_with_masks(models, masks, data, cfg, **kw)
+    with pytest.raises(TypeError, match="loss_fn"):
+        train_with_masks(models, masks, _sample(data), cfg, loss_fn="seq2seq", seeds=[0, 1])
+    with pytest.raises(TypeError, match=r"models\[1\]"):
+        train_with_masks([models[0], "model"], masks, _sample(data), cfg, **kw)
     bad = [masks[0], {"encoder.layers.0.attn": torch.zeros(4)}]
     with pytest.raises(ValueError, match=r"masks\[1\].*every head"):
         train_with_masks(models, bad, _sample(data), cfg, **kw)
+    with pytest.raises(ValueError, match="cache"):
+        train_with_masks(models, masks, _sample(data), cfg, **kw, cache="a b")
 
 
-def test_train_with_masks_cache_trains_once(tmp_path, monkeypatch):
+def test_train_with_masks_cache_trains_each_masked_model_once(tmp_path, monkeypatch):
     from multihead.core.config import TrainConfig
     from multihead.interventions import pruning
-    from multihead.tasks.translation import SEQ2SEQ_PAD, seq2seq_seed_loss
+    from multihead.tasks.translation import seq2seq_loss
 
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
     data = _data(8)
     models = [_model(0), _model(1)]
     masks = [full_masks(m) for m in models]
     masks[1]["encoder.layers.0.attn"] = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    cfg = TrainConfig(steps=2, batch_size=4, lr=1e-2, warmup=0, grad_clip=0.0)
-    kw = {"loss_fn": seq2seq_seed_loss, "seeds": [3, 4], "pad": SEQ2SEQ_PAD, "cache": "t_masked"}
-    first, h1 = pruning.train_with_masks(models, masks, _sample(data), cfg, **kw)
-    assert len(list(tmp_path.glob("t_masked-*.pt"))) == 2
-    calls = []
-    real = pruning.train_seeds
-    monkeypatch.setattr(pruning, "train_seeds", lambda *a, **k: calls.append(1) or real(*a, **k))
-    again, h2 = pruning.train_with_masks(models, masks, _sample(data), cfg, **kw)
-    assert not calls and h1[1].loss == h2[1].loss  # loaded, not retrained
+    cfg = TrainConfig(steps=2, batch_size=4, lr=1e-2, warmup=0)
+    kw = {"loss_fn": seq2seq_loss, "cache": "t_masked"}
+    trained, real = [], pruning.train
+
+    def counting(model, sample, cfg, **kwargs):
+        trained.append(cfg.seed)
+        return real(model, sample, cfg, **kwargs)
+
+    monkeypatch.setattr(pruning, "train", counting)
+    first, h1 = pruning.train_with_masks(models, masks, _sample(data), cfg, seeds=[3, 4], **kw)
+    assert trained == [3, 4] and len(list(tmp_path.glob("t_masked-*.pt"))) == 2
+    again, h2 = pruning.train_with_masks(models, masks, _sample(data), cfg, seeds=[3, 4], **kw)
+    assert trained == [3, 4] and h1[1].loss == h2[1].loss  # loaded, not retrained
     for a, b in zip(first, again, strict=True):
         assert all(torch.equal(t, b.state_dict()[n].cpu()) for n, t in a.state_dict().items())
     assert torch.equal(dict(attention_modules(again[1]))["encoder.layers.0.attn"].head_mask.cpu(),
                        masks[1]["encoder.layers.0.attn"])  # fmt: skip
-    other = [masks[0], full_masks(models[1])]  # a different mask is a different checkpoint
-    pruning.train_with_masks(models, other, _sample(data), cfg, **kw)
-    assert calls and len(list(tmp_path.glob("t_masked-*.pt"))) == 3
-    with pytest.raises(ValueError, match="cache"):
-        pruning.train_with_masks(models, masks, _sample(data), cfg, **{**kw, "cache": "a b"})
+    (one,), _ = pruning.train_with_masks(models[1:], masks[1:], _sample(data), cfg, seeds=[4], **kw)
+    assert trained == [3, 4]  # the same model, mask and seed in another call: loaded
+    assert all(torch.equal(t, one.state_dict()[n]) for n, t in first[1].state_dict().items())
+    pruning.train_with_masks(models[1:], [full_masks(models[1])], _sample(data), cfg, seeds=[4],
+                             **kw)  # fmt: skip
+    pruning.train_with_masks(models[1:], masks[1:], _sample(data), cfg, seeds=[5], **kw)
+    assert trained == [3, 4, 4, 5]  # another mask, another seed: trained
+    assert len(list(tmp_path.glob("t_masked-*.pt"))) == 4

@@ -1,10 +1,13 @@
 """Tests of the relation tagger used by the head-diversity sweeps."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import init_model
+from multihead.core.train import train
 from multihead.tasks.corpus import RELATIONS, make_corpus
 from multihead.tasks.synthetic import IGNORE
 from multihead.tasks.tagging import (
@@ -13,7 +16,8 @@ from multihead.tasks.tagging import (
     tagger_config,
     tagger_patterns,
     tagging_data,
-    train_tagger,
+    tagging_loss,
+    tagging_sampler,
     train_taggers,
 )
 
@@ -41,76 +45,76 @@ def test_build_tagger_is_reproducible_and_patterns_have_layers(corpus):
     assert torch.allclose(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5)
 
 
+def _same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[n].cpu(), sb[n].cpu()) for n in sa)
+
+
 @pytest.mark.slow
-def test_train_tagger_learns_and_caches(corpus, tmp_path, monkeypatch):
+def test_train_taggers_learns_and_caches(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     train_data, valid = tagging_data(corpus, corpus.train), tagging_data(corpus, corpus.valid)
     before = tagger_accuracy(build_tagger(cfg, 0), valid)
     tcfg = TrainConfig(steps=60, batch_size=32, lr=3e-3, warmup=5)
-    model = train_tagger(corpus, train_data, cfg, tcfg, name="t")
+    (model,) = train_taggers([0], corpus, train_data, cfg, tcfg, name="t")
     assert tagger_accuracy(model, valid) > before + 0.2
-    again = train_tagger(corpus, train_data, cfg, tcfg, name="t")  # from the cache
-    assert all(
-        torch.equal(x, y) for x, y in zip(model.parameters(), again.parameters(), strict=True)
-    )
+    (again,) = train_taggers([0], corpus, train_data, cfg, tcfg, name="t")  # from the cache
+    assert _same_weights(model, again)
 
 
-def test_train_taggers_batches_seeds_and_caches_each(corpus, tmp_path, monkeypatch):
+def test_train_taggers_trains_each_seed_alone_and_caches_each(corpus, tmp_path, monkeypatch):
+    from multihead.core import train as core_train
+
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=2, d_ff=32)
     train_data = tagging_data(corpus, corpus.train)
     tcfg = TrainConfig(steps=4, batch_size=8, warmup=2)
-    models = train_taggers(corpus, train_data, cfg, tcfg, [3, 5])
+    models = train_taggers([3, 5], corpus, train_data, cfg, tcfg)
     assert len(models) == 2 and len(list(tmp_path.iterdir())) == 2
-    # Seed 5 is the tagger train_tagger trains with seed 5: it finds it in the cache ...
-    alone_cfg = TrainConfig(steps=4, batch_size=8, warmup=2, seed=5)
-    alone = train_tagger(corpus, train_data, cfg, alone_cfg)
-    assert len(list(tmp_path.iterdir())) == 2
-    assert all(
-        torch.equal(a, b) for a, b in zip(alone.parameters(), models[1].parameters(), strict=True)
-    )
-    # ... and equals the alone run trained afresh. The key bias is left out: its gradient is
-    # zero in exact arithmetic (a shift of a whole row cancels in the softmax), so AdamW turns
-    # the roundoff there into steps of size lr.
-    fresh = train_tagger(corpus, train_data, cfg, alone_cfg, name="alone")
-    batched = dict(models[1].named_parameters())
-    for name, p in fresh.named_parameters():
-        if not name.endswith("b_K"):
-            torch.testing.assert_close(p, batched[name], atol=1e-5, rtol=0)
-    x = tagging_data(corpus, corpus.valid[:4]).src
-    torch.testing.assert_close(
-        tagger_patterns(fresh, x), tagger_patterns(models[1], x), atol=1e-5, rtol=0
-    )
-    assert not torch.allclose(models[0].encoder.embed.weight, models[1].encoder.embed.weight)
-    again = train_taggers(corpus, train_data, cfg, tcfg, [5, 7])
-    assert all(
-        torch.equal(a, b)
-        for a, b in zip(again[0].parameters(), models[1].parameters(), strict=True)
-    )
-    assert len(list(tmp_path.iterdir())) == 4  # seed 7 trained; plus the fresh alone run
-    with pytest.raises(TypeError, match="seeds"):
-        train_taggers(corpus, train_data, cfg, tcfg, 3)
-    with pytest.raises(ValueError, match="repeats"):
-        train_taggers(corpus, train_data, cfg, tcfg, [1, 1])
-    with pytest.raises(ValueError, match="seeds\\[0\\]"):
-        train_taggers(corpus, train_data, cfg, tcfg, [-1])
-    with pytest.raises(TypeError, match="train_data"):
-        train_taggers(corpus, corpus.train, cfg, tcfg, [0])
-    with pytest.raises(TypeError, match="cfg"):
-        train_taggers(corpus, train_data, "cfg", tcfg, [0])
-    with pytest.raises(TypeError, match="train_cfg"):
-        train_taggers(corpus, train_data, cfg, "tcfg", [0])
+    for seed, model in zip([3, 5], models, strict=True):  # seed s: train from build_tagger(s)
+        alone = build_tagger(cfg, seed)
+        train(alone, tagging_sampler(train_data), replace(tcfg, seed=seed), loss_fn=tagging_loss,
+              progress=False)  # fmt: skip
+        assert _same_weights(model, alone) and not model.training
+    assert not _same_weights(*models)
+    trained, real = [], core_train.train
+
+    def counting(model, sample, cfg, **kwargs):
+        trained.append(cfg.seed)
+        return real(model, sample, cfg, **kwargs)
+
+    monkeypatch.setattr(core_train, "train", counting)
+    again = train_taggers([5, 7], corpus, train_data, cfg, tcfg)
+    assert trained == [7] and _same_weights(again[0], models[1])  # seed 5 from the cache
+    assert len(list(tmp_path.iterdir())) == 3
+    shallow = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    train_taggers([5], corpus, train_data, shallow, tcfg)  # another config: its own checkpoint
+    assert trained == [7, 5] and len(list(tmp_path.iterdir())) == 4
 
 
 def test_tagger_bad_input(corpus):
     with pytest.raises(TypeError, match="corpus"):
         tagger_config("corpus")
-    with pytest.raises(TypeError, match="cfg"):
+    with pytest.raises(TypeError, match="model_config"):
         build_tagger("cfg", 0)
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1)
+    data, tcfg = tagging_data(corpus, corpus.train[:8]), TrainConfig(steps=1)
+    with pytest.raises(TypeError, match="corpus"):
+        train_taggers([0], corpus.train, data, cfg, tcfg)
     with pytest.raises(TypeError, match="train_data"):
-        train_tagger(corpus, corpus.train, cfg, TrainConfig())
+        train_taggers([0], corpus, corpus.train, cfg, tcfg)
+    with pytest.raises(TypeError, match="model_config"):
+        train_taggers([0], corpus, data, "cfg", tcfg)
+    with pytest.raises(TypeError, match="TrainConfig"):
+        train_taggers([0], corpus, data, cfg, {"steps": 1})
+    with pytest.raises(TypeError, match="seeds"):
+        train_taggers(3, corpus, data, cfg, tcfg)
+    with pytest.raises(ValueError, match="repeats"):
+        train_taggers([1, 1], corpus, data, cfg, tcfg)
+    with pytest.raises(ValueError, match=r"seeds\[0\]"):
+        train_taggers([-1], corpus, data, cfg, tcfg)
     with pytest.raises(TypeError, match="EncoderModel"):
         tagger_patterns(torch.nn.Linear(2, 2), torch.zeros(1, 2, dtype=torch.long))
 

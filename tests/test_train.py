@@ -1,9 +1,11 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderModel
-from multihead.core.train import cached_train, token_accuracy, token_loss, train
+from multihead.core.train import cached_train, token_accuracy, token_loss, train, train_seeds
 from multihead.tasks.synthetic import IGNORE, LookupTask
 
 TASK = LookupTask(vocab_size=4, seq_len=8)
@@ -129,3 +131,104 @@ def test_checkpoint_fingerprint_follows_training_code_only(tmp_path):
     (pkg / "tasks" / "lexicon.py").unlink()
     with pytest.raises(FileNotFoundError, match="lexicon"):
         code_fingerprint(pkg)
+
+
+def _same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[n].cpu(), sb[n].cpu()) for n in sa)
+
+
+CFG = ModelConfig(vocab_size=4, n_classes=16, d_model=32, n_heads=2, n_layers=1, max_len=8)
+CPU = torch.device("cpu")
+
+
+def test_train_seeds_gives_each_seed_the_model_train_gives_it_alone():
+    made, stepped = [], []
+    cfg = TrainConfig(steps=5, batch_size=8, warmup=2, seed=0, eval_every=5)
+    x, y = TASK.sample(32, torch.Generator().manual_seed(9))
+    models, histories = train_seeds(
+        [3, 5], lambda seed: made.append(seed) or EncoderModel(CFG), TASK.sample, cfg,
+        evaluate=lambda m: {"acc": token_accuracy(m(x), y)}, device=CPU,
+        on_step=lambda m, step: stepped.append((id(m), step)),
+    )  # fmt: skip
+    assert made == [3, 5] and len(models) == len(histories) == 2
+    assert stepped == [(id(m), s) for m in models for s in range(5)]  # one model per seed
+    assert not any(m.training for m in models)
+    for seed, model, history in zip([3, 5], models, histories, strict=True):
+        torch.manual_seed(seed)
+        alone = EncoderModel(CFG)
+        ref = train(alone, TASK.sample, replace(cfg, seed=seed), device=CPU, progress=False,
+                    evaluate=lambda m: {"acc": token_accuracy(m(x), y)})  # fmt: skip
+        assert _same_weights(model, alone)  # bitwise, on the CPU
+        assert history.loss == ref.loss and history.evals == ref.evals
+    assert not _same_weights(*models)
+    # seed 5 draws its own batches (cfg.seed = 5), not those of cfg.seed = 0
+    torch.manual_seed(5)
+    other = EncoderModel(CFG)
+    train(other, TASK.sample, cfg, device=CPU, progress=False)
+    assert not _same_weights(other, models[1])
+
+
+def test_train_seeds_cache_loads_a_seed_instead_of_training_it(tmp_path, monkeypatch):
+    from multihead.core import train as core_train
+
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    trained = []
+    real = core_train.train
+
+    def counting(model, sample, cfg, **kwargs):
+        trained.append(cfg.seed)
+        return real(model, sample, cfg, **kwargs)
+
+    monkeypatch.setattr(core_train, "train", counting)
+    cfg = TrainConfig(steps=3, batch_size=8)
+    kw = dict(device=CPU, cache="unit_seeds", key=("lookup", CFG))
+    first, h1 = core_train.train_seeds([3, 5], lambda s: EncoderModel(CFG), TASK.sample, cfg, **kw)
+    assert trained == [3, 5] and len(list(tmp_path.glob("unit_seeds-*.pt"))) == 2
+    again, h2 = core_train.train_seeds([5, 7], lambda s: EncoderModel(CFG), TASK.sample, cfg, **kw)
+    assert trained == [3, 5, 7]  # seed 5 came from the cache
+    assert _same_weights(again[0], first[1]) and h2[0].loss == h1[1].loss
+    assert not again[0].training
+    plain, _ = core_train.train_seeds([7], lambda s: EncoderModel(CFG), TASK.sample, cfg,
+                                      device=CPU)  # fmt: skip
+    assert _same_weights(plain[0], again[1])  # the cached seed is the seed trained alone
+    core_train.train_seeds([3], lambda s: EncoderModel(CFG), TASK.sample, cfg,
+                           **{**kw, "key": ("lookup", "other")})  # fmt: skip
+    assert trained == [3, 5, 7, 7, 3]  # another key is another checkpoint
+    assert len(list(tmp_path.glob("unit_seeds-*.pt"))) == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"seeds": 3}, TypeError, "seeds must be a list"),
+        ({"seeds": "01"}, TypeError, "seeds must be a list"),
+        ({"seeds": []}, ValueError, "seeds is empty"),
+        ({"seeds": [1, 1]}, ValueError, "repeats a seed"),
+        ({"seeds": [0, -1]}, ValueError, r"seeds\[1\]"),
+        ({"seeds": [0, 1.0]}, TypeError, r"seeds\[1\]"),
+        ({"make": "EncoderModel"}, TypeError, "make must be callable"),
+        ({"make": lambda seed: "model"}, TypeError, r"make\(0\) must return a torch.nn.Module"),
+        ({"cfg": {"steps": 1}}, TypeError, "cfg must be a TrainConfig"),
+        ({"cache": "a b"}, ValueError, "cache="),
+        ({"cache": 3}, ValueError, "cache="),
+    ],
+)
+def test_train_seeds_bad_input_names_the_argument(kwargs, error, match, tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    args = dict(seeds=[0], make=lambda seed: EncoderModel(CFG), cfg=TrainConfig(steps=1))
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        train_seeds(args["seeds"], args["make"], TASK.sample, args["cfg"], device=CPU,
+                    cache=args.get("cache"))  # fmt: skip
+    assert not list(tmp_path.iterdir())  # nothing was trained or cached
+
+
+def test_loss_fn_must_return_a_scalar_tensor():
+    for bad in (lambda m, b: token_loss(m, b).item(), lambda m, b: token_loss(m, b)[None]):
+        with pytest.raises(TypeError, match="loss_fn must return a scalar tensor"):
+            train(_model(), TASK.sample, TrainConfig(steps=1), loss_fn=bad, device=CPU,
+                  progress=False)  # fmt: skip
+    with pytest.raises(TypeError, match="loss_fn must return a scalar tensor, got float"):
+        train_seeds([0], lambda s: EncoderModel(CFG), TASK.sample, TrainConfig(steps=1),
+                    loss_fn=lambda m, b: 1.0, device=CPU)  # fmt: skip

@@ -1,10 +1,13 @@
 """The translation helpers: tensors, loss, training with the cache, internals, ablation."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderDecoder
+from multihead.core.train import train
 from multihead.interventions.ablation import head_masks, leave_one_out
 from multihead.tasks.corpus import make_corpus
 from multihead.tasks.translation import (
@@ -20,7 +23,6 @@ from multihead.tasks.translation import (
     sampler,
     seq2seq_loss,
     teacher_forced,
-    train_translation_model,
     train_translation_models,
 )
 
@@ -94,66 +96,76 @@ def test_internals_and_ablation_restore_the_model(corpus, model):
         encoder_internals(torch.nn.Linear(2, 2), data.src)
 
 
-def test_train_translation_model_uses_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
-    corpus = make_corpus(100, seed=0)
-    kw = dict(
-        model_config=ModelConfig(
-            200, d_model=16, n_heads=2, n_layers=1, n_decoder_layers=1, n_classes=200, max_len=32
-        ),
-        train_config=TrainConfig(steps=3, batch_size=4),
-        progress=False,
-    )
-    first = train_translation_model(corpus, **kw)
-    assert len(first.history.loss) == 3 and len(list(tmp_path.iterdir())) == 1
-    second = train_translation_model(corpus, **kw)
-    assert second.history.loss == first.history.loss
-    for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
-        assert torch.equal(a.cpu(), b.cpu())
-    steps = []
-    third = train_translation_model(
-        corpus, on_step=lambda m, s: steps.append(s), on_step_key="count", **kw
-    )
-    assert steps == [0, 1, 2] and len(list(tmp_path.iterdir())) == 2  # its own checkpoint
-    assert len(third.history.loss) == 3
-
-
-def test_train_translation_models_batches_seeds_and_caches_each(tmp_path, monkeypatch):
-    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+def _tiny():
     corpus = make_corpus(100, seed=0)
     model_cfg = ModelConfig(
         200, d_model=16, n_heads=2, n_layers=1, n_decoder_layers=1, n_classes=200, max_len=32
     )
-    kw = dict(model_config=model_cfg, progress=False)
-    setups = train_translation_models([3, 5], corpus, train_config=TrainConfig(steps=4), **kw)
-    assert [s.train_config.seed for s in setups] == [3, 5] and len(list(tmp_path.iterdir())) == 2
-    alone = train_translation_model(corpus, train_config=TrainConfig(steps=4, seed=5), **kw)
-    assert alone.history.loss == pytest.approx(setups[1].history.loss, abs=1e-5)
-    for a, b in zip(alone.model.parameters(), setups[1].model.parameters(), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
-    assert not torch.allclose(
-        setups[0].model.encoder.embed.weight, alone.model.encoder.embed.weight
+    return corpus, model_cfg, TrainConfig(steps=4, batch_size=4, warmup=2)
+
+
+def _same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[n].cpu(), sb[n].cpu()) for n in sa)
+
+
+def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_path, monkeypatch):
+    from multihead.core import train as core_train
+
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
+    corpus, model_cfg, tcfg = _tiny()
+    setups = train_translation_models([3, 5], corpus, model_cfg, tcfg)
+    assert [s.train_config for s in setups] == [replace(tcfg, seed=3), replace(tcfg, seed=5)]
+    assert len(list(tmp_path.iterdir())) == 2  # one checkpoint per seed
+    data = encode(corpus, corpus.train)
+    for seed, setup in zip([3, 5], setups, strict=True):
+        assert torch.equal(setup.train.src, data.src) and setup.model_config == model_cfg
+        torch.manual_seed(seed)
+        alone = EncoderDecoder(model_cfg)
+        history = train(alone, sampler(data), replace(tcfg, seed=seed), loss_fn=seq2seq_loss,
+                        progress=False)  # fmt: skip
+        assert _same_weights(setup.model, alone) and setup.history.loss == history.loss
+        assert not setup.model.training
+    assert not _same_weights(setups[0].model, setups[1].model)
+    trained, real = [], core_train.train
+
+    def counting(model, sample, cfg, **kwargs):
+        trained.append(cfg.seed)
+        return real(model, sample, cfg, **kwargs)
+
+    monkeypatch.setattr(core_train, "train", counting)
+    again = train_translation_models([5, 7], corpus, model_cfg, tcfg)
+    assert trained == [7]  # seed 5 came from the cache
+    assert _same_weights(again[0].model, setups[1].model)
+    assert again[0].history.loss == setups[1].history.loss
+    assert len(list(tmp_path.iterdir())) == 3
+    steps = []
+    hooked = train_translation_models(
+        [3], corpus, model_cfg, tcfg, on_step=lambda m, s: steps.append(s), on_step_key="count"
     )
-    again = train_translation_models([5, 7], corpus, train_config=TrainConfig(steps=4), **kw)
-    assert again[0].history.loss == setups[1].history.loss  # seed 5 came from the cache
-    assert len(list(tmp_path.iterdir())) == 4  # seed 7 trained; plus the alone run
-    with pytest.raises(TypeError, match="seeds"):
-        train_translation_models(3, corpus, **kw)
-    with pytest.raises(ValueError, match="repeats"):
-        train_translation_models([1, 1], corpus, **kw)
-    with pytest.raises(ValueError, match="on_step_key"):
-        train_translation_models([1], corpus, on_step=lambda e, s: None, **kw)
+    assert steps == [0, 1, 2, 3] and trained == [7, 3]  # its own checkpoint: trained
+    assert _same_weights(hooked[0].model, setups[0].model)  # the callback changed nothing
+    assert len(list(tmp_path.iterdir())) == 4
 
 
-def test_train_translation_model_rejects_bad_input():
-    corpus = make_corpus(100, seed=0)
+def test_train_translation_models_rejects_bad_input():
+    corpus, model_cfg, tcfg = _tiny()
     with pytest.raises(TypeError, match="corpus"):
-        train_translation_model(corpus.train)
+        train_translation_models([0], corpus.train)
     small = ModelConfig(10, d_model=16, n_heads=2, n_classes=10)
     with pytest.raises(ValueError, match="vocab_size"):
-        train_translation_model(corpus, model_config=small)
+        train_translation_models([0], corpus, small)
+    with pytest.raises(TypeError, match="train_config"):
+        train_translation_models([0], corpus, model_cfg, {"steps": 1})
     with pytest.raises(ValueError, match="on_step_key"):
-        train_translation_model(corpus, on_step=lambda m, s: None)
+        train_translation_models([0], corpus, on_step=lambda m, s: None)
+    with pytest.raises(TypeError, match="seeds"):
+        train_translation_models(3, corpus, model_cfg, tcfg)
+    with pytest.raises(ValueError, match="repeats"):
+        train_translation_models([1, 1], corpus, model_cfg, tcfg)
+    with pytest.raises(ValueError, match=r"seeds\[0\]"):
+        train_translation_models([-1], corpus, model_cfg, tcfg)
 
 
 def test_attention_paths_are_classified():
