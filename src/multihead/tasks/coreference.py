@@ -387,7 +387,7 @@ def coref_configs(corpus: Corpus) -> tuple[ModelConfig, TrainConfig]:
 
 def train_coref_models(seeds: Sequence[int], data: CorefCorpus, *, progress: bool = True):
     """``translation.train_translation_models`` on the coreference corpus with
-    ``coref_configs``: the seeds trained as one batched model, each checkpoint cached under
+    ``coref_configs``: one model per seed, each checkpoint cached under
     a name that holds the corpus digest (so a changed generator never loads a stale model).
 
     Shapes: none (a list of ``translation.TranslationSetup``, one per seed).

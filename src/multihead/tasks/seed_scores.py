@@ -29,8 +29,8 @@ from multihead.core.train import IGNORE, History, token_accuracy, train_seeds
 @dataclass(frozen=True)
 class SeedScores:
     """Held-out scores of K seeds: ``loss`` and ``accuracy`` (evals, K) at ``steps`` (the
-    last is the end of training); ``seconds``: wall time of the batched training run (as
-    measured when it ran, also when loaded from the cache; all seeds together).
+    last is the end of training); ``seconds``: wall time of the training runs (as
+    measured when it ran, also when loaded from the cache; the seeds' runs added up).
 
     Shapes: loss, accuracy (evals, K).
     """
@@ -63,7 +63,9 @@ class SeedScores:
             raise ValueError("histories must be non-empty and scored at the same steps")
 
         def table(name: str) -> Tensor:  # (evals, K)
-            return torch.tensor([[e[name] for e in h.evals] for h in histories]).double().T
+            return torch.tensor(
+                [[e[name] for e in h.evals] for h in histories], dtype=torch.float64
+            ).T
 
         return cls(tuple(seeds), steps[0], table("loss"), table("accuracy"),
                    sum(h.seconds for h in histories))  # fmt: skip

@@ -125,6 +125,8 @@ def train_taggers(
         raise TypeError(f"train_data must be TaggingData, got {type(train_data).__name__}")
     if not isinstance(model_config, ModelConfig):
         raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
     key = ("relation_tagger", sizes, corpus.seed, corpus.config, tuple(train_data.src.shape))
     models, _ = train_seeds(
