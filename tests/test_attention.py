@@ -6,6 +6,7 @@ import torch
 from multihead.core.attention import MultiHeadAttention, attention_pattern, to_torch_multihead
 from multihead.core.hooks import (
     add_hooks,
+    hooks,
     materialized,
     run_with_cache,
     run_with_hooks,
@@ -123,30 +124,22 @@ def test_prune_equals_mask():
         layer.prune_heads([0, 1])
 
 
-def test_forward_pre_and_backward_hooks_on_the_pattern_all_fire():
+def test_forward_and_backward_hooks_on_the_pattern_fire_on_request():
     layer = _layer()
     x = torch.randn(2, 5, 32, requires_grad=True)
     fired = []
-
-    def pre(_module, args):
-        fired.append(("pre", tuple(args[0].shape)))
-
-    def backward(_module, grad_in, grad_out):
-        fired.append(("backward", tuple(grad_out[0].shape)))
-
-    handles = [
-        layer.pattern.register_forward_pre_hook(pre),
-        layer.pattern.register_full_backward_hook(backward),
-    ]
-    layer(x).sum().backward()
-    assert fired == []  # the fused path never reaches the pattern: no hook can fire
-    with materialized(layer):
-        assert layer.materialize
+    with pytest.raises(ValueError, match="add_hooks"):  # the fused path would skip it
+        layer.pattern.register_forward_pre_hook(lambda _module, _args: None)
+    fwd = [("pattern", lambda p, _name: fired.append(("forward", tuple(p.shape))))]
+    bwd = [("pattern", lambda g, _name: fired.append(("backward", tuple(g.shape))))]
+    with hooks(layer, fwd, bwd):
+        assert layer.explicit_requests == 1 and not layer.materialize
         layer(x).sum().backward()
-    assert not layer.materialize
-    assert fired == [("pre", (2, 4, 5, 5)), ("backward", (2, 4, 5, 5))]
-    for h in handles:
-        h.remove()
+    assert layer.explicit_requests == 0
+    assert fired == [("forward", (2, 4, 5, 5)), ("backward", (2, 4, 5, 5))]
+    with materialized(layer):
+        assert layer.explicit_requests == 1
+    assert layer.explicit_requests == 0
 
 
 def test_run_with_hooks_forward_and_backward_hooks_fire_and_can_replace():

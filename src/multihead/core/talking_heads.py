@@ -89,6 +89,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
         self.P_l = nn.Parameter(torch.eye(h_k, h)) if pre_mix else None
         self.P_w = nn.Parameter(torch.eye(h, h_v)) if post_mix else None
         self.logits, self.mixed_pattern = HookPoint(), HookPoint()
+        self.scores, self.pattern = HookPoint(), HookPoint()  # on the only path: torch hooks fire
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
