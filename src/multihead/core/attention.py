@@ -169,7 +169,7 @@ class MultiHeadAttention(nn.Module):
             pattern = self.pattern(key_softmax(self.scores(scores)))  # rows sum to 1 (or 0)
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
         else:  # fused kernel (its mask means "may attend": the opposite polarity)
-            z = F.scaled_dot_product_attention(q, k, v, mask if mask is None else ~mask, p_drop)
+            z = F.scaled_dot_product_attention(q, k, v, None if mask is None else ~mask, p_drop)
         return self.write(self.z(z) * self.head_mask[:, None, None])  # masked heads write 0
 
     def write(self, z: Tensor) -> Tensor:
