@@ -106,3 +106,22 @@ def test_talking_heads_always_compute_their_pattern_so_torch_hooks_are_allowed()
     layer(torch.randn(2, 5, 32))
     handle.remove()
     assert seen == [(2, 4, 5, 5)]
+
+
+def test_run_with_cache_names_filter_takes_a_name_a_list_or_a_predicate():
+    layer, x = _layer(), torch.randn(1, 3, 32)
+    _, one = run_with_cache(layer, x, names_filter="pattern")
+    _, some = run_with_cache(layer, x, names_filter=["q", "pattern"])
+    _, kept = run_with_cache(layer, x, names_filter=lambda n: n == "z")
+    assert list(one) == ["pattern"]
+    assert sorted(some) == ["pattern", "q"]
+    assert list(kept) == ["z"]
+    assert torch.equal(one["pattern"], some["pattern"])
+    with pytest.raises(ValueError, match="'patern' is not a hook point"):
+        run_with_cache(layer, x, names_filter="patern")
+    with pytest.raises(ValueError, match="'nope' is not a hook point"):
+        run_with_cache(layer, x, names_filter=["q", "nope"])
+    with pytest.raises(TypeError, match="names_filter"):
+        run_with_cache(layer, x, names_filter=3)
+    with pytest.raises(TypeError, match="names_filter"):
+        run_with_cache(layer, x, names_filter=["q", 3])

@@ -227,26 +227,35 @@ def run_with_hooks(
 def run_with_cache(
     model: nn.Module,
     *inputs: object,
-    names_filter: Callable[[str], bool] | None = None,
+    names_filter: NameFilter | list[str] | tuple[str, ...] | None = None,
     **kwargs: object,
 ) -> tuple[object, dict[str, Tensor]]:
     """Run ``model(*inputs, **kwargs)`` and record every hook point it passes through.
 
     The cache maps module paths to detached tensors, e.g. ``"encoder.layers.0.attn.pattern"``
-    of shape ``(batch, heads, query, key)``. ``names_filter`` keeps only some paths (and
-    lets the layers whose pattern is not recorded keep their fused path).
+    of shape ``(batch, heads, query, key)``. ``names_filter`` keeps only some paths: one
+    path, a list of paths, or a predicate on paths (and lets the layers whose pattern is not
+    recorded keep their fused path).
 
     Shapes: as ``model``'s forward; cache values as documented at each hook point.
     """
-    if names_filter is not None and not callable(names_filter):
-        raise TypeError("names_filter must be a callable taking a module path and returning bool")
+    if names_filter is None:
+        names: list[NameFilter] = [lambda _path: True]
+    elif isinstance(names_filter, str) or callable(names_filter):
+        names = [names_filter]
+    elif isinstance(names_filter, (list, tuple)) and all(isinstance(n, str) for n in names_filter):
+        names = list(names_filter)
+    else:
+        raise TypeError(
+            "names_filter must be a module path, a list of module paths, or a callable taking "
+            f"a path and returning bool; got {names_filter!r}"
+        )
     cache: dict[str, Tensor] = {}
 
     def record(tensor: Tensor, name: str) -> None:
         cache[name] = tensor.detach()
 
-    names = names_filter if names_filter is not None else (lambda _path: True)
-    output = run_with_hooks(model, *inputs, fwd_hooks=[(names, record)], **kwargs)
+    output = run_with_hooks(model, *inputs, fwd_hooks=[(n, record) for n in names], **kwargs)
     return output, cache
 
 
