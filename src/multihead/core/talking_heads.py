@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_attention_inputs, check_positive_int
-from multihead.core.attention import MultiHeadAttention, blocked
+from multihead.core.attention import MultiHeadAttention, blocked, key_softmax
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
 
@@ -39,7 +39,8 @@ class TalkingHeadsAttention(MultiHeadAttention):
         pre_mix, post_mix: learn ``P_l`` of shape (h_k, h) and ``P_w`` of shape (h, h_v).
 
     Hook points: ``scores`` (J, per key head), ``logits`` (L), ``pattern`` (W, rows sum to
-    1), ``mixed_pattern`` (U), ``z`` (per value head), plus ``q``, ``k``, ``v``. The three
+    1, or are 0 for a query that sees no key, as ``key_softmax`` says), ``mixed_pattern``
+    (U), ``z`` (per value head), plus ``q``, ``k``, ``v``. The three
     head counts are ``n_key_heads``, ``n_softmax_heads`` and ``n_value_heads``; ``n_heads``
     (inherited) counts the heads that write the output, so it equals ``n_value_heads``, and
     ``head_mask`` and gates act on those.
@@ -147,7 +148,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
             # Mask after mixing: a masked key must stay masked in every mixed head.
             logits = logits.masked_fill(mask, float("-inf"))
         logits = self.logits(logits)
-        pattern = self.pattern(logits.softmax(dim=-1))  # (b, h, q, k)
+        pattern = self.pattern(key_softmax(logits))  # (b, h, q, k); a row with no key is 0
         mixed = pattern if self.P_w is None else self.mix(pattern, self.P_w)  # (b, h_v, q, k)
         mixed = self.mixed_pattern(mixed)
         z = self.z(mixed @ v) * self.head_mask[:, None, None]  # (batch, h_v, q_len, d_value)
