@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multihead._checks import check_attention_inputs as check_inputs
-from multihead._checks import check_probability, check_tensor
+from multihead._checks import check_int, check_probability, check_tensor
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
 
@@ -207,11 +207,7 @@ class MultiHeadAttention(nn.Module):
 
     def check_heads(self, heads: Iterable[int]) -> list[int]:
         """``heads`` as a list, after checking each is a head index. Shapes: none."""
-        heads = list(heads)
-        for i in heads:
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.n_heads:
-                raise ValueError(f"heads contains {i!r}; valid heads are 0..{self.n_heads - 1}")
-        return heads
+        return [check_int(f"heads[{j}]", i, 0, self.n_heads) for j, i in enumerate(heads)]
 
     @torch.no_grad()
     def prune_heads(self, heads: Iterable[int]) -> None:

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from multihead._checks import check_attention_inputs, check_positive_int
+from multihead._checks import check_attention_inputs, check_bool, check_positive_int
 from multihead.core.attention import MultiHeadAttention, blocked, key_softmax
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
@@ -64,8 +64,8 @@ class TalkingHeadsAttention(MultiHeadAttention):
         h = check_positive_int("n_softmax_heads", n_softmax_heads)
         h_k = h if n_key_heads is None else check_positive_int("n_key_heads", n_key_heads)
         h_v = h if n_value_heads is None else check_positive_int("n_value_heads", n_value_heads)
-        if not isinstance(pre_mix, bool) or not isinstance(post_mix, bool):
-            raise TypeError("pre_mix and post_mix must be bools")
+        check_bool("pre_mix", pre_mix)
+        check_bool("post_mix", post_mix)
         if h_k != h and not pre_mix:
             raise ValueError(
                 f"n_key_heads={h_k} differs from n_softmax_heads={h}: that needs pre_mix=True "
