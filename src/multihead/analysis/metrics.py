@@ -110,8 +110,10 @@ def _ranks(t: Tensor) -> Tensor:
 
 def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
     """Spearman's rank correlation of two equally shaped tensors (ties get average ranks).
+    It is nan when ``x`` or ``y`` is constant (no ranking to correlate), as in
+    ``scipy.stats.spearmanr`` and ``within_group_rank_correlation``.
 
-    Shapes: x (...), y (...) with the same number of elements -> scalar.
+    Shapes: x (...), y (...) with the same number of elements -> scalar (float64).
     """
     for name, t in (("x", x), ("y", y)):
         if not isinstance(t, Tensor):
@@ -123,7 +125,9 @@ def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
 
     rx, ry = _ranks(x), _ranks(y)
     rx, ry = rx - rx.mean(), ry - ry.mean()
-    denom = (rx.norm() * ry.norm()).clamp_min(1e-12)
+    denom = rx.norm() * ry.norm()
+    if denom == 0:
+        return torch.tensor(float("nan"), dtype=torch.float64)
     return (rx @ ry) / denom
 
 
@@ -168,7 +172,7 @@ def within_group_rank_correlation(x: Tensor, y: Tensor, groups: Tensor) -> Tenso
 def rank_correlation_by_row(x: Tensor, y: Tensor) -> Tensor:
     """Spearman's rank correlation of ``x`` and ``y`` within each row, e.g. over the heads of
     each layer for ``(layers, heads)`` statistics: what is left of a correlation over all
-    heads once the differences between layers are taken out.
+    heads once the differences between layers are taken out. A constant row gives nan.
 
     Shapes: x (rows, n), y (rows, n), n >= 2 -> (rows,).
     """
