@@ -186,6 +186,23 @@ def test_stack_layers_stacks_in_order():
         stack_layers(cache, "layers.{}.attn.pattern")
     with pytest.raises(ValueError, match="template"):
         stack_layers(cache, "layers.0.attn.z")
+    with pytest.raises(ValueError, match=r"layers \[0, 2\]"):  # a gap is an error, not the end
+        stack_layers(
+            {k: cache[k] for k in ("layers.0.attn.z", "layers.2.attn.z")}, "layers.{}.attn.z"
+        )
+    with pytest.raises(TypeError, match="values"):
+        stack_layers([cache["layers.0.attn.z"]], "layers.{}.attn.z")
+
+
+def test_stack_layers_stacks_per_module_dicts_by_default():
+    """{module path: (heads,)} dicts (head masks, gradient norms, importances): the default
+    template takes the encoder's attention modules."""
+    norms = {f"encoder.layers.{i}.attn": torch.full((3,), float(i)) for i in range(2)}
+    norms["decoder.layers.0.attn"] = torch.ones(3)
+    assert stack_layers(norms).tolist() == [[0, 0, 0], [1, 1, 1]]
+    assert stack_layers(norms, "decoder.layers.{}.attn").tolist() == [[1, 1, 1]]
+    with pytest.raises(ValueError, match="encoder.layers.0.attn"):
+        stack_layers({"decoder.layers.0.attn": torch.zeros(3)})
 
 
 def test_hooks_do_not_change_the_output_and_are_removed():

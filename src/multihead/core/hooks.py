@@ -8,7 +8,8 @@ looks inside a model or changes what it computes goes through the functions belo
 * ``run_with_hooks(model, *inputs, fwd_hooks=[(name, fn)], bwd_hooks=[...])`` runs once
   with hooks; ``hooks(model, ...)`` keeps them for the body of a ``with`` block and
   ``add_hooks`` until ``.remove()`` (gates and DropHead, which live through training);
-* ``stack_layers(cache, "layers.{}.attn.pattern")`` stacks one hook point over layers.
+* ``stack_layers(cache, "layers.{}.attn.pattern")`` stacks one hook point over layers (and
+  ``stack_layers(values)`` a ``{module path: (heads,)}`` dict).
 
 A hook is ``fn(tensor, name) -> tensor or None``: returning a tensor replaces the
 activation (forward) or the gradient (backward). ``name`` in ``(name, fn)`` is a module path
@@ -26,6 +27,7 @@ it and names these functions instead.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -259,19 +261,29 @@ def run_with_cache(
     return output, cache
 
 
-def stack_layers(cache: dict[str, Tensor], template: str) -> Tensor:
-    """Stack the cached tensors ``template.format(i)`` for ``i = 0, 1, ...`` (as long as
-    they exist), e.g. ``stack_layers(cache, "encoder.layers.{}.attn.pattern")``.
+def stack_layers(values: dict[str, Tensor], template: str = "encoder.layers.{}.attn") -> Tensor:
+    """Stack ``values[template.format(i)]`` over the layers ``i = 0, 1, ...``: a cache of
+    ``run_with_cache`` (``stack_layers(cache, "encoder.layers.{}.attn.pattern")``) or a
+    ``{module path: (heads,)}`` dict such as gradient norms or importances (the default
+    template takes each encoder layer's attention module). Every layer from 0 up must be
+    there; a gap is an error.
 
     Shapes: n tensors of shape S -> (n, *S).
     """
-    if not isinstance(cache, dict):
-        raise TypeError(f"cache must be the dict of run_with_cache, got {type(cache).__name__}")
-    if not isinstance(template, str) or "{}" not in template:
+    if not isinstance(values, dict):
+        raise TypeError(
+            f"values must be a dict {{path: tensor}} (a cache), got {type(values).__name__}"
+        )
+    if not isinstance(template, str) or template.count("{}") != 1:
         raise ValueError(f"template={template!r} must contain '{{}}' where the layer index goes")
-    found = []
-    while template.format(len(found)) in cache:
-        found.append(cache[template.format(len(found))])
+    before, after = template.split("{}")
+    path = re.compile(re.escape(before) + r"(0|[1-9][0-9]*)" + re.escape(after))
+    found = {int(m.group(1)): v for key, v in values.items() if (m := path.fullmatch(key))}
     if not found:
-        raise ValueError(f"the cache has no {template.format(0)!r}; record it first")
-    return torch.stack(found)
+        raise ValueError(
+            f"values has no {template.format(0)!r}; record it first, or pass the template of "
+            "the paths it holds"
+        )
+    if sorted(found) != list(range(len(found))):
+        raise ValueError(f"values holds layers {sorted(found)} of {template!r}, not 0 up to n - 1")
+    return torch.stack([found[i] for i in range(len(found))])
