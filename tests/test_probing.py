@@ -19,7 +19,6 @@ def test_majority_accuracy():
         majority_accuracy(torch.tensor([0]), torch.tensor([], dtype=torch.long))
 
 
-@pytest.mark.slow
 def test_probe_reads_separable_features_and_not_noise():
     g = torch.Generator().manual_seed(0)
     labels = torch.randint(3, (40, 6), generator=g)

@@ -41,7 +41,6 @@ def test_build_tagger_is_reproducible_and_patterns_have_layers(corpus):
     assert torch.allclose(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5)
 
 
-@pytest.mark.slow
 def test_train_tagger_learns_and_caches(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)

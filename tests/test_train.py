@@ -29,7 +29,6 @@ def _model(seed=0):
     return EncoderModel(cfg)
 
 
-@pytest.mark.slow
 def test_training_learns_the_pair_task():
     model = _model()
     x, y = TASK.sample(500, torch.Generator().manual_seed(9))
@@ -37,12 +36,12 @@ def test_training_learns_the_pair_task():
     hist = train(
         model,
         TASK.sample,
-        TrainConfig(steps=300, lr=3e-3, eval_every=100),
+        TrainConfig(steps=150, lr=3e-3, eval_every=50),  # accuracy reaches 1 by step 100
         evaluate=lambda m: {"acc": token_accuracy(m(x), y)},
         device=torch.device("cpu"),
         progress=False,
     )
-    assert [e["step"] for e in hist.evals] == [100, 200, 300]
+    assert [e["step"] for e in hist.evals] == [50, 100, 150]
     assert hist.evals[-1]["acc"] > 0.9 > before
     assert hist.loss[-1] < hist.loss[0] and hist.seconds > 0
 
