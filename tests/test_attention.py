@@ -6,6 +6,7 @@ import torch
 from multihead.core.attention import MultiHeadAttention, attention_pattern, to_torch_multihead
 from multihead.core.hooks import (
     add_hooks,
+    hooks,
     materialized,
     run_with_cache,
     run_with_hooks,
@@ -123,30 +124,22 @@ def test_prune_equals_mask():
         layer.prune_heads([0, 1])
 
 
-def test_forward_pre_and_backward_hooks_on_the_pattern_all_fire():
+def test_forward_and_backward_hooks_on_the_pattern_fire_on_request():
     layer = _layer()
     x = torch.randn(2, 5, 32, requires_grad=True)
     fired = []
-
-    def pre(_module, args):
-        fired.append(("pre", tuple(args[0].shape)))
-
-    def backward(_module, grad_in, grad_out):
-        fired.append(("backward", tuple(grad_out[0].shape)))
-
-    handles = [
-        layer.pattern.register_forward_pre_hook(pre),
-        layer.pattern.register_full_backward_hook(backward),
-    ]
-    layer(x).sum().backward()
-    assert fired == []  # the fused path never reaches the pattern: no hook can fire
-    with materialized(layer):
-        assert layer.materialize
+    with pytest.raises(ValueError, match="add_hooks"):  # the fused path would skip it
+        layer.pattern.register_forward_pre_hook(lambda _module, _args: None)
+    fwd = [("pattern", lambda p, _name: fired.append(("forward", tuple(p.shape))))]
+    bwd = [("pattern", lambda g, _name: fired.append(("backward", tuple(g.shape))))]
+    with hooks(layer, fwd, bwd):
+        assert layer.explicit_requests == 1 and not layer.materialize
         layer(x).sum().backward()
-    assert not layer.materialize
-    assert fired == [("pre", (2, 4, 5, 5)), ("backward", (2, 4, 5, 5))]
-    for h in handles:
-        h.remove()
+    assert layer.explicit_requests == 0
+    assert fired == [("forward", (2, 4, 5, 5)), ("backward", (2, 4, 5, 5))]
+    with materialized(layer):
+        assert layer.explicit_requests == 1
+    assert layer.explicit_requests == 0
 
 
 def test_run_with_hooks_forward_and_backward_hooks_fire_and_can_replace():
@@ -193,6 +186,23 @@ def test_stack_layers_stacks_in_order():
         stack_layers(cache, "layers.{}.attn.pattern")
     with pytest.raises(ValueError, match="template"):
         stack_layers(cache, "layers.0.attn.z")
+    with pytest.raises(ValueError, match=r"layers \[0, 2\]"):  # a gap is an error, not the end
+        stack_layers(
+            {k: cache[k] for k in ("layers.0.attn.z", "layers.2.attn.z")}, "layers.{}.attn.z"
+        )
+    with pytest.raises(TypeError, match="values"):
+        stack_layers([cache["layers.0.attn.z"]], "layers.{}.attn.z")
+
+
+def test_stack_layers_stacks_per_module_dicts_by_default():
+    """{module path: (heads,)} dicts (head masks, gradient norms, importances): the default
+    template takes the encoder's attention modules."""
+    norms = {f"encoder.layers.{i}.attn": torch.full((3,), float(i)) for i in range(2)}
+    norms["decoder.layers.0.attn"] = torch.ones(3)
+    assert stack_layers(norms).tolist() == [[0, 0, 0], [1, 1, 1]]
+    assert stack_layers(norms, "decoder.layers.{}.attn").tolist() == [[1, 1, 1]]
+    with pytest.raises(ValueError, match="encoder.layers.0.attn"):
+        stack_layers({"decoder.layers.0.attn": torch.zeros(3)})
 
 
 def test_hooks_do_not_change_the_output_and_are_removed():

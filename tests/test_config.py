@@ -58,3 +58,17 @@ def test_non_divisible_width_with_explicit_sizes_is_fine():
 def test_train_config_bad_input(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         TrainConfig(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["init_gain", "init_epsilon"])
+def test_model_config_rejects_a_bool_as_a_number(name):
+    with pytest.raises(TypeError, match=name):
+        ModelConfig(vocab_size=10, **{name: True})
+
+
+@pytest.mark.parametrize(
+    "name", ["lr", "weight_decay", "grad_clip", "warmup", "seed", "eval_every"]
+)
+def test_train_config_rejects_a_bool_as_a_number(name):
+    with pytest.raises(TypeError, match=name):
+        TrainConfig(**{name: True})

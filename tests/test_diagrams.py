@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from multihead.core.attention import MultiHeadAttention, attention_pattern
+from multihead.core.hooks import run_with_cache
 from tools import chapter_pictures, diagrams, drawing, model_diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,12 +74,10 @@ def test_mask_picture_has_the_package_polarity_and_torchs():
     mha = MultiHeadAttention(4, 1)
     x = torch.randn(1, 5, 4, generator=g)
     pad = torch.tensor([[False, False, False, True, True]])
-    seen = []
-    mha.pattern.register_forward_hook(lambda mod, inp, out: seen.append(out))
     fused = mha(x, key_padding_mask=pad, causal=True)
-    mha.materialize = True
-    torch.testing.assert_close(mha(x, key_padding_mask=pad, causal=True), fused)
-    assert torch.equal(seen[-1][0, 0] == 0, m["both"])
+    explicit, cache = run_with_cache(mha, x, key_padding_mask=pad, causal=True)
+    torch.testing.assert_close(explicit, fused)
+    assert torch.equal(cache["pattern"][0, 0] == 0, m["both"])
 
 
 def test_chapter_graph_points_forward_and_reaches_every_chapter():

@@ -133,7 +133,7 @@ def test_bad_input():
         within_layer_spread(torch.zeros(3, 3))
     with pytest.raises(ValueError, match="at least 2 heads"):
         distinctness(torch.zeros(2, 1, 1))
-    with pytest.raises(TypeError, match="float tensor"):
+    with pytest.raises(TypeError, match="distances must be a floating-point tensor"):
         within_layer_spread(torch.zeros(1, 2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="same queries and keys"):
         logit_gap(torch.zeros(2, 3), torch.zeros(2, 4))

@@ -185,7 +185,6 @@ def test_kl_and_tv() -> None:
         column_kl(P, Q[0, :3])
 
 
-@pytest.mark.slow
 def test_fit_key_sizes_drops_at_n_minus_1() -> None:
     n = 6
     target = random_column_stochastic(n, gen(), batch=2, scale=2.0, spectrum="flat")

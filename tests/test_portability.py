@@ -90,7 +90,11 @@ def test_notebook_imports_are_declared_dependencies(path):
     )
 
 
+NEEDS_TRANSFORMERS = "transformers (the pretrained extra) is absent, so its distribution is unknown"
+
+
 def test_package_imports_are_declared_dependencies():
+    pytest.importorskip("transformers", reason=NEEDS_TRANSFORMERS)
     modules = set()
     for path in (ROOT / "src" / "multihead").rglob("*.py"):
         modules |= _top_level_imports(ast.parse(path.read_text()), skip_guarded=True)
@@ -98,6 +102,7 @@ def test_package_imports_are_declared_dependencies():
 
 
 def test_declared_dependencies_check_can_fail():
+    pytest.importorskip("transformers", reason=NEEDS_TRANSFORMERS)
     assert _undeclared({"yaml"}), "pyyaml is not declared: the check must say so"
     assert not _undeclared({"torch", "numpy", "transformers", "os"})
 

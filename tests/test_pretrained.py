@@ -152,7 +152,6 @@ def test_clark_statistics_and_roles(loaded):
         clark_statistics([])
 
 
-@pytest.mark.slow
 def test_importance_and_pruning(loaded):
     model, tok = loaded
     a, p, _ = zip(*paraphrase_triplets()[:4], strict=True)

@@ -13,11 +13,12 @@ from multihead.analysis.probing import (
 
 def test_majority_accuracy():
     assert majority_accuracy(torch.tensor([0, 1, 1]), torch.tensor([1, 1, 0, 2])) == 0.5
-    with pytest.raises(ValueError, match="train_labels"):
+    with pytest.raises(TypeError, match="train_labels"):
         majority_accuracy(torch.tensor([0.5]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="test_labels is empty"):
+        majority_accuracy(torch.tensor([0]), torch.tensor([], dtype=torch.long))
 
 
-@pytest.mark.slow
 def test_probe_reads_separable_features_and_not_noise():
     g = torch.Generator().manual_seed(0)
     labels = torch.randint(3, (40, 6), generator=g)
@@ -65,9 +66,31 @@ def test_position_features_hold_only_position_and_length():
 
 
 def test_position_features_bad_input():
-    with pytest.raises(ValueError, match="lengths"):
+    with pytest.raises(TypeError, match="lengths"):
         position_features(torch.tensor([1.5]), 4)
     with pytest.raises(ValueError, match="lengths must lie"):
         position_features(torch.tensor([5]), 4)
     with pytest.raises(ValueError, match="seq_len"):
         position_features(torch.tensor([1]), 0)
+
+
+def test_fit_probes_names_the_argument_that_is_not_a_tensor_of_the_right_kind():
+    x, y = torch.zeros(1, 3, 2), torch.tensor([0, 1, 1])
+    with pytest.raises(TypeError, match="train_x must be a torch.Tensor"):
+        fit_probes([[1.0]], [0], x, y, 2)
+    with pytest.raises(TypeError, match="train_y must be a torch.Tensor"):
+        fit_probes(x, [0, 1, 1], x, y, 2)
+    with pytest.raises(TypeError, match="train_y must be an integer tensor"):
+        fit_probes(x, y.float(), x, y, 2)
+    with pytest.raises(TypeError, match="test_x must be a floating-point tensor"):
+        fit_probes(x, y, x.long(), y, 2)
+    with pytest.raises(TypeError, match="n_classes must be an int"):
+        fit_probes(x, y, x, y, 2.0)
+    with pytest.raises(TypeError, match="steps must be an int"):
+        fit_probes(x, y, x, y, 2, steps=True)
+    with pytest.raises(TypeError, match="lr must be a number"):
+        fit_probes(x, y, x, y, 2, lr="0.1")
+    with pytest.raises(TypeError, match="labels must be an integer tensor"):
+        probe_heads(torch.zeros(1, 4, 1, 3, 2), torch.zeros(4, 3), torch.ones(4, 3, dtype=bool), 2)
+    with pytest.raises(TypeError, match="token_mask must be a bool tensor"):
+        probe_heads(torch.zeros(1, 4, 1, 3, 2), torch.zeros(4, 3, dtype=torch.long), 1, 2)

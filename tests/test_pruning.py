@@ -86,7 +86,6 @@ def test_importance_shapes_normalisation_and_model_unchanged():
     assert all(p.grad is None for p in model.parameters())
 
 
-@pytest.mark.slow
 def test_importance_matches_mask_gradient_per_sentence():
     """I_h = mean_x |dL(x)/d xi_h| with the mask as a leaf, one sentence at a time."""
     model, data = _model(1), _data(6, seed=1)
@@ -141,7 +140,6 @@ def test_confidences_shapes_and_range():
     assert all(v.shape == (4,) and bool(((v > 0) & (v <= 1)).all()) for v in conf.values())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("order", ["importance", "random", "confidence"])
 def test_iterative_pruning_curve(order):
     model, data = _model(), _data()
@@ -163,7 +161,6 @@ def test_iterative_pruning_curve(order):
     assert torch.equal(model(*x), before)  # masks restored
 
 
-@pytest.mark.slow
 def test_iterative_pruning_importance_removes_least_important_first():
     model, data = _model(), _data()
     imp = _importance(model, data)

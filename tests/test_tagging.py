@@ -50,7 +50,6 @@ def _same_weights(a, b):
     return sa.keys() == sb.keys() and all(torch.equal(sa[n].cpu(), sb[n].cpu()) for n in sa)
 
 
-@pytest.mark.slow
 def test_train_taggers_learns_and_caches(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)

@@ -24,6 +24,23 @@ def test_equals_plain_attention_at_init():
         assert torch.allclose(th(x, **kw), plain(x, **kw), atol=1e-5), kw
 
 
+def test_a_query_that_sees_no_key_reads_nothing_as_in_plain_attention():
+    th, plain = _pair()
+    with torch.no_grad():
+        th.P_l.normal_()  # mixed logits: still no visible key for the empty rows
+        th.b_O.normal_()
+    plain.b_O = th.b_O
+    x = torch.randn(2, 4, 32, requires_grad=True)
+    pad = torch.tensor([[True, True, False, False], [False] * 4])  # left padding
+    out, cache = run_with_cache(th, x, key_padding_mask=pad, causal=True)
+    assert torch.isfinite(out).all()
+    assert (cache["pattern"][0, :, :2] == 0).all()  # queries 0 and 1 see only padding
+    assert torch.allclose(out[0, :2], th.b_O.expand(2, -1))  # every head writes 0 there
+    torch.testing.assert_close(out[0, :2], plain(x, key_padding_mask=pad, causal=True)[0, :2])
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(th.P_l.grad).all()
+
+
 def test_hooks_shapes_and_masks():
     th = TalkingHeadsAttention(24, 3, d_key=4, d_value=6, n_key_heads=5, n_value_heads=2)
     assert th.P_l.shape == (5, 3) and th.P_w.shape == (3, 2)

@@ -63,7 +63,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "viz.plotting", "viz.roles", "viz.widgets",
     ),
     "06_head_diversity": (
-        "core.config", "core.model", "core.runtime", "tasks.corpus",
+        "core.config", "core.hooks", "core.model", "core.runtime", "tasks.corpus",
         "tasks.tagging", "tasks.translation", "analysis.diversity", "analysis.metrics",
         "analysis.roles", "interventions.ablation", "interventions.gradients", "viz.claims",
         "viz.glue", "exercises",

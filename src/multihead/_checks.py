@@ -16,6 +16,7 @@ Mask polarity, written down once for the whole package:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -41,18 +42,6 @@ def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = Non
     return value
 
 
-def check_seeds(name: str, seeds: Any) -> tuple[int, ...]:
-    """Return ``seeds`` as a tuple if it is a non-empty sequence of different ints >= 0."""
-    if isinstance(seeds, (str, bytes, Tensor)) or not hasattr(seeds, "__len__"):
-        raise TypeError(f"{name} must be a list of ints (one per seed), got {seeds!r}")
-    out = tuple(check_int(f"{name}[{i}]", s, 0) for i, s in enumerate(seeds))
-    if not out:
-        raise ValueError(f"{name} is empty: pass at least one seed")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name}={list(out)} repeats a seed; each seed must be different")
-    return out
-
-
 def check_number(
     name: str, value: Any, lo: float | None = None, hi: float | None = None, closed: str = "[]"
 ) -> float:
@@ -68,6 +57,32 @@ def check_number(
     if not (low_ok and high_ok):
         raise ValueError(f"{name}={value} must lie in {where}")
     return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (not 0/1 or a tensor), else raise naming ``name``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__}")
+    return value
+
+
+def check_seeds(
+    name: str, seeds: Any, *, at_least: int = 1, count: int | None = None
+) -> tuple[int, ...]:
+    """Return ``seeds`` as a tuple if it is a sequence (not a string) of distinct ints >= 0
+    (no bools), with at least ``at_least`` entries (exactly ``count``, when given)."""
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+        raise TypeError(f"{name} must be a sequence of ints such as [0, 1, 2], got {seeds!r}")
+    seeds = tuple(check_int(f"{name}[{i}]", s, 0) for i, s in enumerate(seeds))
+    if not seeds:
+        raise ValueError(f"{name} is empty: pass at least {at_least} seed(s)")
+    if len(seeds) < at_least:
+        raise ValueError(f"{name} needs at least {at_least} seeds, got {list(seeds)}")
+    if count is not None and len(seeds) != count:
+        raise ValueError(f"{name} has {len(seeds)} entries, expected {count} (one per model)")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{name}={list(seeds)} repeats a seed; each seed must be different")
+    return seeds
 
 
 def check_probability(name: str, value: Any) -> float:
@@ -115,6 +130,34 @@ def check_tensor(
         raise ValueError(f"{name} has negative entries; expected attention probabilities")
     if finite and not bool(x.isfinite().all()):
         raise ValueError(f"{name} has inf or nan entries")
+    return x
+
+
+def check_int_tensor(
+    name: str,
+    x: Any,
+    *,
+    ndim: int | None = None,
+    lo: int | None = None,
+    hi: int | None = None,
+    nonempty: bool = False,
+    layout: str = "",
+) -> Tensor:
+    """Return ``x`` if it is an integer tensor (not bool) with ``ndim`` dimensions (when
+    given), entries in ``[lo, hi)`` and, if ``nonempty``, at least one entry."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor (e.g. torch.long), got {x.dtype}")
+    if ndim is not None and x.ndim != ndim:
+        want = layout or f"{ndim} dimensions"
+        raise ValueError(f"{name} must be shaped {want}, got shape {tuple(x.shape)}")
+    if nonempty and not x.numel():
+        raise ValueError(f"{name} is empty")
+    if x.numel() and ((lo is not None and x.min() < lo) or (hi is not None and x.max() >= hi)):
+        where = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi})"
+        got = f"entries from {x.min().item()} to {x.max().item()}"
+        raise ValueError(f"{name} must lie in {where}, got {got}")
     return x
 
 

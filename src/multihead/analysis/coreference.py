@@ -16,14 +16,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multihead._checks import check_bool_mask, check_pattern
+from multihead._checks import check_bool_mask, check_int_tensor, check_number, check_pattern
 from multihead.analysis.metrics import argmax_credit
 
 
 def _long(name: str, x: object, shape: tuple[int, ...]) -> Tensor:
-    if not isinstance(x, Tensor) or x.dtype not in (torch.int32, torch.int64):
-        got = f"dtype {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
-        raise TypeError(f"{name} must be an integer tensor shaped {shape}, got {got}")
+    check_int_tensor(name, x, layout=str(shape))
     if tuple(x.shape) != shape:
         raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {shape}")
     return x.long()
@@ -130,8 +128,7 @@ def coreference(
     n, keys = p5.shape[1], p5.shape[4]
     if not isinstance(is_noun, Tensor) or tuple(is_noun.shape) != (n, keys):
         raise ValueError(f"is_noun must be shaped (batch, key) = {(n, keys)} to fit pattern")
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin <= 1:
-        raise ValueError(f"margin={margin!r} must be a number in [0, 1]")
+    check_number("margin", margin, 0.0, 1.0)
     query = _long("query", query, (n,))
     if bool(((query < 0) | (query >= p5.shape[3])).any()):
         raise ValueError(f"query holds a row outside 0..{p5.shape[3] - 1} of the pattern")

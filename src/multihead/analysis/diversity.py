@@ -23,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from multihead._checks import check_bool_mask, check_pattern
+from multihead._checks import check_bool, check_bool_mask, check_pattern, check_tensor
 from multihead.analysis.metrics import js_divergence
 
 
@@ -45,8 +45,7 @@ def pairwise_head_distances(
     symmetric with a zero diagonal.
     """
     p = check_pattern("pattern", pattern, ndim=4, layout="(batch, heads, query, key)")
-    if not isinstance(divergence, bool):
-        raise TypeError(f"divergence must be a bool, got {type(divergence).__name__}")
+    check_bool("divergence", divergence)
     batch, heads, queries, _ = p.shape
     if query_mask is None:
         query_mask = torch.ones(batch, queries, dtype=torch.bool)
@@ -100,8 +99,7 @@ def all_head_distances(
 
 
 def _check_distances(distances: object) -> Tensor:
-    if not isinstance(distances, Tensor) or not distances.is_floating_point():
-        raise TypeError("distances must be a float tensor (layers, heads, heads)")
+    check_tensor("distances", distances, layout="(layers, heads, heads)")
     if distances.ndim != 3 or distances.shape[1] != distances.shape[2]:
         raise ValueError(
             f"distances must be (layers, heads, heads), got {tuple(distances.shape)}; "
@@ -151,9 +149,8 @@ def logit_gap(scores_a: Tensor, scores_b: Tensor) -> Tensor:
 
     Shapes: scores_a (..., key), scores_b the same shape -> (...).
     """
-    for name, t in (("scores_a", scores_a), ("scores_b", scores_b)):
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            raise TypeError(f"{name} must be a float tensor (..., key)")
+    check_tensor("scores_a", scores_a, min_ndim=1, layout="(..., key)")
+    check_tensor("scores_b", scores_b, min_ndim=1, layout="(..., key)")
     if scores_a.shape != scores_b.shape:
         raise ValueError(
             f"scores_a has shape {tuple(scores_a.shape)} but scores_b has "

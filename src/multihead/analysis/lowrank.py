@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from multihead._checks import check_choice, check_positive_int, check_tensor
+from multihead._checks import check_choice, check_number, check_positive_int, check_tensor
 from multihead.analysis.patternfit import (
     FitResult,
     check_column_stochastic,
@@ -334,10 +334,7 @@ def null_vector_defect(X: Tensor, P: Tensor, rtol: float = 1e-10) -> Tensor:
     P = check_column_stochastic("P", P, atol=1e-6 if P.dtype == torch.float64 else 1e-4)
     if P.ndim != 2 or P.shape[0] != X.shape[1]:
         raise ValueError(f"P must be ({X.shape[1]}, {X.shape[1]}) for X of shape {tuple(X.shape)}")
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)):
-        raise TypeError(f"rtol must be a float, got {type(rtol).__name__}")
-    if not 0.0 < rtol < 1.0:
-        raise ValueError(f"rtol={rtol!r} must lie in (0, 1)")
+    check_number("rtol", rtol, 0.0, 1.0, "()")
     n = X.shape[1]
     _, s, Vh = torch.linalg.svd(X.to(P.dtype))  # full_matrices: Vh is (n, n)
     top = s[0] if s.numel() else torch.zeros((), dtype=P.dtype)

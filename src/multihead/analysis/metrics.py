@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multihead._checks import check_bool_mask, check_pattern
+from multihead._checks import check_bool_mask, check_int, check_pattern
 
 
 def entropy(pattern: Tensor) -> Tensor:
@@ -85,8 +85,7 @@ def argmax_credit(pattern: Tensor, target: Tensor, atol: float = 1e-6) -> Tensor
     Shapes: pattern (..., query, key), target bool broadcastable to it -> (..., query).
     """
     p = check_pattern("pattern", pattern)
-    if not isinstance(target, Tensor) or target.dtype != torch.bool:
-        raise TypeError("target must be a bool tensor marking the keys to hit")
+    check_bool_mask("target", target, meaning="marking the keys to hit")
     try:
         target = target.expand_as(p)
     except RuntimeError as err:
@@ -111,8 +110,10 @@ def _ranks(t: Tensor) -> Tensor:
 
 def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
     """Spearman's rank correlation of two equally shaped tensors (ties get average ranks).
+    It is nan when ``x`` or ``y`` is constant (no ranking to correlate), as in
+    ``scipy.stats.spearmanr`` and ``within_group_rank_correlation``.
 
-    Shapes: x (...), y (...) with the same number of elements -> scalar.
+    Shapes: x (...), y (...) with the same number of elements -> scalar (float64).
     """
     for name, t in (("x", x), ("y", y)):
         if not isinstance(t, Tensor):
@@ -124,7 +125,9 @@ def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
 
     rx, ry = _ranks(x), _ranks(y)
     rx, ry = rx - rx.mean(), ry - ry.mean()
-    denom = (rx.norm() * ry.norm()).clamp_min(1e-12)
+    denom = rx.norm() * ry.norm()
+    if denom == 0:
+        return torch.tensor(float("nan"), dtype=torch.float64)
     return (rx @ ry) / denom
 
 
@@ -169,7 +172,7 @@ def within_group_rank_correlation(x: Tensor, y: Tensor, groups: Tensor) -> Tenso
 def rank_correlation_by_row(x: Tensor, y: Tensor) -> Tensor:
     """Spearman's rank correlation of ``x`` and ``y`` within each row, e.g. over the heads of
     each layer for ``(layers, heads)`` statistics: what is left of a correlation over all
-    heads once the differences between layers are taken out.
+    heads once the differences between layers are taken out. A constant row gives nan.
 
     Shapes: x (rows, n), y (rows, n), n >= 2 -> (rows,).
     """
@@ -217,8 +220,7 @@ def classical_mds(distances: Tensor, dim: int = 2) -> Tensor:
     n = distances.shape[0]
     if distances.shape[1] != n:
         raise ValueError(f"distances must be square, got {tuple(distances.shape)}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= n:
-        raise ValueError(f"dim={dim!r} must be an int between 1 and n={n}")
+    check_int("dim", dim, 1, n + 1)
     d2 = distances.double() ** 2
     J = torch.eye(n, dtype=d2.dtype) - 1.0 / n  # centring matrix (n, n)
     B = -J @ d2 @ J / 2
@@ -239,8 +241,7 @@ def group_spread(distances: Tensor, group_size: int) -> Tensor:
     if not isinstance(distances, Tensor) or distances.ndim != 2:
         raise TypeError("distances must be a square (n, n) torch.Tensor")
     n = distances.shape[0]
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size={group_size!r} must be an int >= 2")
+    check_int("group_size", group_size, 2)
     if n % group_size:
         raise ValueError(f"n={n} items do not split into groups of group_size={group_size}")
     g = n // group_size

@@ -12,7 +12,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from multihead._checks import check_positive_int
+from multihead._checks import (
+    check_bool,
+    check_bool_mask,
+    check_int,
+    check_int_tensor,
+    check_number,
+    check_positive_int,
+    check_tensor,
+)
 
 
 def majority_accuracy(train_labels: Tensor, test_labels: Tensor) -> float:
@@ -21,8 +29,7 @@ def majority_accuracy(train_labels: Tensor, test_labels: Tensor) -> float:
     Shapes: train_labels (n,), test_labels (m,) integer -> float.
     """
     for name, t in (("train_labels", train_labels), ("test_labels", test_labels)):
-        if not isinstance(t, Tensor) or t.is_floating_point() or t.ndim != 1 or not len(t):
-            raise ValueError(f"{name} must be a non-empty 1-D integer tensor")
+        check_int_tensor(name, t, ndim=1, nonempty=True, layout="(n,), one label per token")
     majority = torch.bincount(train_labels).argmax()
     return (test_labels == majority).float().mean().item()
 
@@ -46,15 +53,25 @@ def fit_probes(
     Shapes: train_x (probes, n, d), train_y (n,), test_x (probes, m, d), test_y (m,)
     -> accuracy (probes,).
     """
-    if train_x.ndim != 3 or test_x.ndim != 3 or train_x.shape[::2] != test_x.shape[::2]:
+    layout = "(probes, tokens, d)"
+    check_tensor("train_x", train_x, ndim=3, layout=layout)
+    check_tensor("test_x", test_x, ndim=3, layout=layout)
+    if train_x.shape[::2] != test_x.shape[::2]:
         raise ValueError(
             f"train_x {tuple(train_x.shape)} and test_x {tuple(test_x.shape)} must be "
-            "(probes, tokens, d) with the same probes and d"
+            f"{layout} with the same probes and d"
         )
-    if train_y.shape != train_x.shape[1:2] or test_y.shape != test_x.shape[1:2]:
-        raise ValueError("train_y/test_y must have one label per token of train_x/test_x")
-    if train_y.min() < 0 or max(train_y.max(), test_y.max()) >= n_classes:
-        raise ValueError(f"labels must lie in [0, n_classes={n_classes})")
+    n_classes = check_positive_int("n_classes", n_classes)
+    steps = check_positive_int("steps", steps)
+    check_number("lr", lr, 0.0, None, "()")
+    check_number("weight_decay", weight_decay, 0.0)
+    check_int("seed", seed, 0)
+    for name, y, x in (("train_y", train_y, train_x), ("test_y", test_y, test_x)):
+        check_int_tensor(name, y, ndim=1, layout="(tokens,), one label per token")
+        if len(y) != x.shape[1]:
+            raise ValueError(f"{name} has {len(y)} labels for {x.shape[1]} tokens; give one each")
+        if y.numel() and (y.min() < 0 or y.max() >= n_classes):
+            raise ValueError(f"{name}: labels must lie in [0, n_classes={n_classes})")
     mean, std = train_x.mean(1, keepdim=True), train_x.std(1, keepdim=True).clamp_min(1e-6)
     xs, xt = (train_x - mean) / std, (test_x - mean) / std
     gen = torch.Generator().manual_seed(seed)
@@ -90,16 +107,16 @@ def probe_heads(
     Shapes: z (layers, batch, heads, seq, d_value), labels (batch, seq) ints,
     token_mask (batch, seq) bool -> {"accuracy": (layers, heads), "majority": float}.
     """
-    if z.ndim != 5:
-        raise ValueError(f"z must be (layers, batch, heads, seq, d_value), got {tuple(z.shape)}")
+    check_tensor("z", z, ndim=5, layout="(layers, batch, heads, seq, d_value)")
     layers, batch, heads, seq, d = z.shape
+    check_int_tensor("labels", labels, ndim=2, layout="(batch, seq)")
+    check_bool_mask("token_mask", token_mask, meaning="True at the tokens to probe")
     if labels.shape != (batch, seq) or token_mask.shape != (batch, seq):
         raise ValueError(
             f"labels {tuple(labels.shape)} and token_mask {tuple(token_mask.shape)} must both "
             f"be (batch, seq) = ({batch}, {seq}), matching z"
         )
-    if not 0.0 < train_fraction < 1.0:
-        raise ValueError(f"train_fraction={train_fraction} must lie strictly between 0 and 1")
+    check_number("train_fraction", train_fraction, 0.0, 1.0, "()")
     cut = int(train_fraction * batch)
     if cut == 0 or cut == batch:
         raise ValueError(f"batch={batch} sentences are too few to split at {train_fraction}")
@@ -125,9 +142,9 @@ def position_features(lengths: Tensor, seq_len: int, *, with_length: bool = Fals
     d = seq_len, or 2 * seq_len with the length.
     """
     seq_len = check_positive_int("seq_len", seq_len)
-    if not isinstance(lengths, Tensor) or lengths.is_floating_point() or lengths.ndim != 1:
-        raise ValueError("lengths must be a 1-D integer tensor of sentence lengths (batch,)")
-    if len(lengths) == 0 or lengths.min() < 1 or lengths.max() > seq_len:
+    check_int_tensor("lengths", lengths, ndim=1, nonempty=True, layout="(batch,) lengths")
+    check_bool("with_length", with_length)
+    if lengths.min() < 1 or lengths.max() > seq_len:
         raise ValueError(f"lengths must lie in [1, seq_len={seq_len}]; pad to the longest")
     batch = len(lengths)
     pos = torch.eye(seq_len)[None].expand(batch, -1, -1)  # (batch, seq, seq_len)

@@ -31,6 +31,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from multihead._checks import check_tensor
+
 ORDER_VERDICTS = ("reproduced", "partly", "mixed over seeds", "not reproduced", "contradicted")
 
 
@@ -137,8 +139,7 @@ def held_out_best(scores: Tensor, weights: Tensor | None = None) -> tuple[Tensor
     Shapes: scores (folds, ...candidates), weights (folds,) -> chosen (folds,) flat index
     into the candidates, held_out (folds,).
     """
-    if not isinstance(scores, Tensor) or not scores.is_floating_point():
-        raise TypeError("scores must be a float tensor shaped (folds, ...candidates)")
+    check_tensor("scores", scores, layout="(folds, ...candidates)")
     if scores.ndim < 2 or scores.shape[0] < 2:
         raise ValueError(
             f"scores must be shaped (folds, ...candidates) with at least 2 folds (one to "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from multihead._checks import check_pattern
+from multihead._checks import check_pattern, check_positive_int
 from multihead.analysis.metrics import argmax_credit, head_confidence
 
 SYNTACTIC_RELATIONS = ("nsubj", "dobj", "amod", "advmod", "det", "prep", "pobj")
@@ -189,8 +189,7 @@ def rarest_targets(gold: Gold, k: int = 1) -> Tensor:
 
     Shapes: -> (batch, seq) bool.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k={k!r} must be a positive int (1 = the rarest word only)")
+    check_positive_int("k", k)  # 1 = the rarest word only
     out = torch.zeros_like(gold.ranks, dtype=torch.bool)
     for i, n in enumerate(gold.lengths.tolist()):
         ranks = gold.ranks[i, :n]

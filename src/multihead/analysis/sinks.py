@@ -19,7 +19,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multihead._checks import check_bool_mask, check_number, check_pattern, check_tensor
+from multihead._checks import (
+    check_bool_mask,
+    check_int_tensor,
+    check_number,
+    check_pattern,
+    check_tensor,
+)
 
 _LAYOUT = "(batch, heads, query, key) or (layers, batch, heads, query, key)"
 
@@ -32,8 +38,7 @@ def _stack(name: str, x: object, lengths: object, *, nonneg: bool = True) -> tup
     batch, seq = x5.shape[1], x5.shape[-1]
     if x5.shape[-2] != seq:
         raise ValueError(f"{name} must have as many queries as keys, got {tuple(x.shape)}")
-    if not isinstance(lengths, Tensor) or lengths.dtype.is_floating_point or lengths.ndim != 1:
-        raise TypeError("lengths must be an int tensor (batch,): real tokens per sentence")
+    check_int_tensor("lengths", lengths, ndim=1, layout="(batch,): real tokens per sentence")
     if len(lengths) != batch:
         raise ValueError(f"lengths has {len(lengths)} entries, {name} a batch of {batch}")
     if bool((lengths < 1).any()) or bool((lengths > seq).any()):

@@ -12,8 +12,9 @@ Conventions (see the notation page of the book):
 modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, and ``z``, each head's output before
 the head mask). With ``materialize = False`` (the default) the module calls the fused
 ``torch.nn.functional.scaled_dot_product_attention``, which never stores the pattern;
-``run_with_cache`` and ``run_with_hooks`` set ``materialize`` while they record or change
-``scores`` or ``pattern``, so that every hook on them fires.
+``run_with_cache`` and ``run_with_hooks`` count a request in ``explicit_requests`` while they
+record or change ``scores`` or ``pattern``, and the module takes the explicit path while
+either is set, so that every hook on them fires.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multihead._checks import check_attention_inputs as check_inputs
-from multihead._checks import check_probability, check_tensor
+from multihead._checks import check_int, check_probability, check_tensor
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
 
@@ -132,7 +133,8 @@ class MultiHeadAttention(nn.Module):
         d_key, d_value = head_sizes(d_model, n_heads, d_key, d_value)
         self.d_model, self.n_heads, self.d_key, self.d_value = d_model, n_heads, d_key, d_value
         self.attn_dropout = check_probability("attn_dropout", attn_dropout)
-        self.materialize = False
+        self.materialize = False  # the public switch: always take the explicit path
+        self.explicit_requests = 0  # live hooks that need it (counted by core.hooks)
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_key))
         self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_key))
         self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_value))
@@ -142,7 +144,8 @@ class MultiHeadAttention(nn.Module):
             self.register_parameter(name, nn.Parameter(torch.zeros(shape)) if bias else None)
         self.register_buffer("head_mask", torch.ones(n_heads))  # 1 keeps a head, 0 silences it
         self.q, self.k, self.v, self.z = HookPoint(), HookPoint(), HookPoint(), HookPoint()
-        self.scores, self.pattern = HookPoint(True), HookPoint(True)  # explicit path only
+        self.scores = HookPoint(needs_materialize=True)  # explicit path only
+        self.pattern = HookPoint(needs_materialize=True)
         self.reset_parameters()
 
     def forward(
@@ -160,13 +163,13 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project_qkv(query, key, value)
         q, k, v = self.q(q), self.k(k), self.v(v)  # (batch, heads, len, d_key or d_value)
         p_drop = self.attn_dropout if self.training else 0.0
-        if self.materialize:  # explicit: scores and pattern pass their hook points
+        if self.materialize or self.explicit_requests:  # explicit: scores, pattern hooked
             scores = (q / math.sqrt(self.d_key)) @ k.transpose(-2, -1)  # (batch, heads, q, k)
             scores = scores if mask is None else scores.masked_fill(mask, float("-inf"))
             pattern = self.pattern(key_softmax(self.scores(scores)))  # rows sum to 1 (or 0)
             z = F.dropout(pattern, p_drop, training=True) @ v if p_drop else pattern @ v
         else:  # fused kernel (its mask means "may attend": the opposite polarity)
-            z = F.scaled_dot_product_attention(q, k, v, mask if mask is None else ~mask, p_drop)
+            z = F.scaled_dot_product_attention(q, k, v, None if mask is None else ~mask, p_drop)
         return self.write(self.z(z) * self.head_mask[:, None, None])  # masked heads write 0
 
     def write(self, z: Tensor) -> Tensor:
@@ -204,11 +207,7 @@ class MultiHeadAttention(nn.Module):
 
     def check_heads(self, heads: Iterable[int]) -> list[int]:
         """``heads`` as a list, after checking each is a head index. Shapes: none."""
-        heads = list(heads)
-        for i in heads:
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.n_heads:
-                raise ValueError(f"heads contains {i!r}; valid heads are 0..{self.n_heads - 1}")
-        return heads
+        return [check_int(f"heads[{j}]", i, 0, self.n_heads) for j, i in enumerate(heads)]
 
     @torch.no_grad()
     def prune_heads(self, heads: Iterable[int]) -> None:

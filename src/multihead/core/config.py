@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from multihead._checks import check_choice, check_positive_int, check_probability
+from multihead._checks import (
+    check_choice,
+    check_int,
+    check_number,
+    check_positive_int,
+    check_probability,
+)
 
 INIT_SCHEMES = ("xavier", "scaled", "ds_init", "shared_heads")
 NORMS = ("pre", "post")
@@ -76,10 +82,8 @@ class ModelConfig:
         if self.attention == "talking_heads" and self.attn_dropout:
             raise ValueError("attn_dropout is not supported with attention='talking_heads'")
         check_choice("init", self.init, INIT_SCHEMES)
-        if not isinstance(self.init_gain, (int, float)) or self.init_gain <= 0:
-            raise ValueError(f"init_gain={self.init_gain!r} must be a positive number")
-        if not isinstance(self.init_epsilon, (int, float)) or self.init_epsilon < 0:
-            raise ValueError(f"init_epsilon={self.init_epsilon!r} must be >= 0")
+        check_number("init_gain", self.init_gain, 0.0, None, "()")
+        check_number("init_epsilon", self.init_epsilon, 0.0)
 
     def head_sizes(self) -> tuple[int, int]:
         """``(d_key, d_value)`` each head actually uses (see ``head_sizes``)."""
@@ -102,13 +106,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_positive_int("steps", self.steps)
         check_positive_int("batch_size", self.batch_size)
-        if not isinstance(self.lr, (int, float)) or self.lr <= 0:
-            raise ValueError(f"lr={self.lr!r} must be a positive number")
-        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
-            raise ValueError(f"weight_decay={self.weight_decay!r} must be >= 0")
+        check_number("lr", self.lr, 0.0, None, "()")
+        check_number("weight_decay", self.weight_decay, 0.0)
         for name in ("warmup", "seed", "eval_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}={value!r} must be a non-negative int")
-        if not isinstance(self.grad_clip, (int, float)) or self.grad_clip < 0:
-            raise ValueError(f"grad_clip={self.grad_clip!r} must be >= 0 (0 turns clipping off)")
+            check_int(name, getattr(self, name), 0)
+        check_number("grad_clip", self.grad_clip, 0.0)  # 0 turns clipping off

@@ -8,21 +8,26 @@ looks inside a model or changes what it computes goes through the functions belo
 * ``run_with_hooks(model, *inputs, fwd_hooks=[(name, fn)], bwd_hooks=[...])`` runs once
   with hooks; ``hooks(model, ...)`` keeps them for the body of a ``with`` block and
   ``add_hooks`` until ``.remove()`` (gates and DropHead, which live through training);
-* ``stack_layers(cache, "layers.{}.attn.pattern")`` stacks one hook point over layers.
+* ``stack_layers(cache, "layers.{}.attn.pattern")`` stacks one hook point over layers (and
+  ``stack_layers(values)`` a ``{module path: (heads,)}`` dict).
 
 A hook is ``fn(tensor, name) -> tensor or None``: returning a tensor replaces the
 activation (forward) or the gradient (backward). ``name`` in ``(name, fn)`` is a module path
 or a predicate on paths.
 
 Some hook points exist only on an explicit path: an attention module computes its
-``scores`` and ``pattern`` only when its public flag ``materialize`` is True (otherwise a
-fused kernel never stores them). Such hook points have ``needs_materialize = True``, and the
-functions here set the owner's flag while a hook is attached, so every kind of hook on them
-fires. Registering a torch hook by hand on such a point needs ``materialized(model)``.
+``scores`` and ``pattern`` only on that path (otherwise a fused kernel never stores them).
+Such hook points have ``needs_materialize = True``. The module takes the explicit path when
+its public switch ``materialize`` is True or while ``explicit_requests > 0``: the functions
+here count one request per live handle (and per ``materialized`` block), so hooks can be
+added and removed in any order without switching off another's path. A torch hook
+registered by hand on such a point would be skipped on the fused path, so the point refuses
+it and names these functions instead.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -36,12 +41,44 @@ NameFilter = str | Callable[[str], bool]
 class HookPoint(nn.Identity):
     """An identity module: a named place where hooks read or replace a tensor.
 
-    ``needs_materialize`` marks a point that exists only on its owner's explicit path.
+    ``needs_materialize`` marks a point that exists only on its owner's explicit path; its
+    owner (the parent module) has the switch ``materialize`` and the count
+    ``explicit_requests``. Torch hooks registered on such a point directly raise a
+    ``ValueError``: attach them with ``add_hooks``, ``hooks`` or ``run_with_hooks``.
     """
 
-    def __init__(self, needs_materialize: bool = False) -> None:
+    def __init__(self, *, needs_materialize: bool = False) -> None:
         super().__init__()
         self.needs_materialize = needs_materialize
+
+    def _refuse_direct(self, method: str) -> None:
+        if self.needs_materialize:
+            raise ValueError(
+                f"{method} on this hook point would be skipped silently whenever its attention "
+                "module takes the fused kernel, which never computes it. Use multihead's "
+                "add_hooks / hooks / run_with_hooks (or run_with_cache to read it): they keep "
+                "the explicit path on while the hook lives (the module's materialize = True "
+                "keeps it on for good)"
+            )
+
+    def register_forward_hook(self, hook, *args, **kwargs):
+        """As ``nn.Module.register_forward_hook``; refused if ``needs_materialize``."""
+        self._refuse_direct("register_forward_hook")
+        return super().register_forward_hook(hook, *args, **kwargs)
+
+    def register_forward_pre_hook(self, hook, *args, **kwargs):
+        """As ``nn.Module.register_forward_pre_hook``; refused if ``needs_materialize``."""
+        self._refuse_direct("register_forward_pre_hook")
+        return super().register_forward_pre_hook(hook, *args, **kwargs)
+
+    def register_full_backward_hook(self, hook, *args, **kwargs):
+        """As ``nn.Module.register_full_backward_hook``; refused if ``needs_materialize``."""
+        self._refuse_direct("register_full_backward_hook")
+        return super().register_full_backward_hook(hook, *args, **kwargs)
+
+    def _attach(self, hook):
+        """Register a forward hook for this module's functions, which count the request."""
+        return nn.Module.register_forward_hook(self, hook)
 
 
 def _check_model(model: object) -> nn.Module:
@@ -81,38 +118,41 @@ def _owners(model: nn.Module, paths: Iterable[str]) -> list[nn.Module]:
     return owners
 
 
+def _request(owners: list[nn.Module], step: int) -> None:
+    """Count (``step=1``) or withdraw (``step=-1``) one request for each owner's explicit path."""
+    for owner in owners:
+        owner.explicit_requests += step
+
+
 @contextmanager
 def materialized(model: nn.Module, paths: Iterable[str] | None = None) -> Iterator[nn.Module]:
     """Put the attention modules owning the hook points at ``paths`` (default: all) on
-    their explicit path for the body; the flags are restored afterwards.
+    their explicit path for the body (one request each; ``materialize`` is left alone).
 
     Shapes: none.
     """
     _check_model(model)
     paths = list(hook_points(model) if paths is None else paths)
     owners = _owners(model, paths)
-    saved = [owner.materialize for owner in owners]
+    _request(owners, 1)
     try:
-        for owner in owners:
-            owner.materialize = True
         yield model
     finally:
-        for owner, flag in zip(owners, saved, strict=True):
-            owner.materialize = flag
+        _request(owners, -1)
 
 
 class HookHandles:
-    """Hooks added by ``add_hooks``; ``remove()`` detaches them and restores the flags."""
+    """Hooks added by ``add_hooks``; ``remove()`` detaches them and withdraws their request
+    for the explicit path (other live handles keep theirs)."""
 
-    def __init__(self, handles: list, owners: list[tuple[nn.Module, bool]]) -> None:
+    def __init__(self, handles: list, owners: list[nn.Module]) -> None:
         self._handles, self._owners = handles, owners
 
     def remove(self) -> None:
         """Detach every hook (safe to call twice). Shapes: none."""
         for handle in self._handles:
             handle.remove()
-        for owner, flag in self._owners:
-            owner.materialize = flag
+        _request(self._owners, -1)
         self._handles, self._owners = [], []
 
 
@@ -134,13 +174,11 @@ def add_hooks(
                 raise TypeError(f"{kind}_hooks must hold (name, fn) pairs with fn(tensor, name)")
             names, fn = pair
             for path, point in hook_points(model, names).items():
-                handles.append(point.register_forward_hook(_wrap(fn, path, kind)))
+                handles.append(point._attach(_wrap(fn, path, kind)))
                 paths.append(path)
     owners = _owners(model, paths)
-    saved = [(owner, owner.materialize) for owner in owners]
-    for owner in owners:
-        owner.materialize = True
-    return HookHandles(handles, saved)
+    _request(owners, 1)
+    return HookHandles(handles, owners)
 
 
 def _wrap(fn: Hook, path: str, kind: str):
@@ -191,42 +229,61 @@ def run_with_hooks(
 def run_with_cache(
     model: nn.Module,
     *inputs: object,
-    names_filter: Callable[[str], bool] | None = None,
+    names_filter: NameFilter | list[str] | tuple[str, ...] | None = None,
     **kwargs: object,
 ) -> tuple[object, dict[str, Tensor]]:
     """Run ``model(*inputs, **kwargs)`` and record every hook point it passes through.
 
     The cache maps module paths to detached tensors, e.g. ``"encoder.layers.0.attn.pattern"``
-    of shape ``(batch, heads, query, key)``. ``names_filter`` keeps only some paths (and
-    lets the layers whose pattern is not recorded keep their fused path).
+    of shape ``(batch, heads, query, key)``. ``names_filter`` keeps only some paths: one
+    path, a list of paths, or a predicate on paths (and lets the layers whose pattern is not
+    recorded keep their fused path).
 
     Shapes: as ``model``'s forward; cache values as documented at each hook point.
     """
-    if names_filter is not None and not callable(names_filter):
-        raise TypeError("names_filter must be a callable taking a module path and returning bool")
+    if names_filter is None:
+        names: list[NameFilter] = [lambda _path: True]
+    elif isinstance(names_filter, str) or callable(names_filter):
+        names = [names_filter]
+    elif isinstance(names_filter, (list, tuple)) and all(isinstance(n, str) for n in names_filter):
+        names = list(names_filter)
+    else:
+        raise TypeError(
+            "names_filter must be a module path, a list of module paths, or a callable taking "
+            f"a path and returning bool; got {names_filter!r}"
+        )
     cache: dict[str, Tensor] = {}
 
     def record(tensor: Tensor, name: str) -> None:
         cache[name] = tensor.detach()
 
-    names = names_filter if names_filter is not None else (lambda _path: True)
-    output = run_with_hooks(model, *inputs, fwd_hooks=[(names, record)], **kwargs)
+    output = run_with_hooks(model, *inputs, fwd_hooks=[(n, record) for n in names], **kwargs)
     return output, cache
 
 
-def stack_layers(cache: dict[str, Tensor], template: str) -> Tensor:
-    """Stack the cached tensors ``template.format(i)`` for ``i = 0, 1, ...`` (as long as
-    they exist), e.g. ``stack_layers(cache, "encoder.layers.{}.attn.pattern")``.
+def stack_layers(values: dict[str, Tensor], template: str = "encoder.layers.{}.attn") -> Tensor:
+    """Stack ``values[template.format(i)]`` over the layers ``i = 0, 1, ...``: a cache of
+    ``run_with_cache`` (``stack_layers(cache, "encoder.layers.{}.attn.pattern")``) or a
+    ``{module path: (heads,)}`` dict such as gradient norms or importances (the default
+    template takes each encoder layer's attention module). Every layer from 0 up must be
+    there; a gap is an error.
 
     Shapes: n tensors of shape S -> (n, *S).
     """
-    if not isinstance(cache, dict):
-        raise TypeError(f"cache must be the dict of run_with_cache, got {type(cache).__name__}")
-    if not isinstance(template, str) or "{}" not in template:
+    if not isinstance(values, dict):
+        raise TypeError(
+            f"values must be a dict {{path: tensor}} (a cache), got {type(values).__name__}"
+        )
+    if not isinstance(template, str) or template.count("{}") != 1:
         raise ValueError(f"template={template!r} must contain '{{}}' where the layer index goes")
-    found = []
-    while template.format(len(found)) in cache:
-        found.append(cache[template.format(len(found))])
+    before, after = template.split("{}")
+    path = re.compile(re.escape(before) + r"(0|[1-9][0-9]*)" + re.escape(after))
+    found = {int(m.group(1)): v for key, v in values.items() if (m := path.fullmatch(key))}
     if not found:
-        raise ValueError(f"the cache has no {template.format(0)!r}; record it first")
-    return torch.stack(found)
+        raise ValueError(
+            f"values has no {template.format(0)!r}; record it first, or pass the template of "
+            "the paths it holds"
+        )
+    if sorted(found) != list(range(len(found))):
+        raise ValueError(f"values holds layers {sorted(found)} of {template!r}, not 0 up to n - 1")
+    return torch.stack([found[i] for i in range(len(found))])

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from multihead._checks import check_choice
+from multihead._checks import check_choice, check_number
 from multihead.core.attention import MultiHeadAttention
 from multihead.core.config import INIT_SCHEMES, ModelConfig
 from multihead.core.talking_heads import TalkingHeadsAttention
@@ -215,10 +215,8 @@ def init_model(model: nn.Module, scheme: str = "xavier", gain: float = 1.0, epsi
     Shapes: none (modifies parameters in place).
     """
     check_choice("scheme", scheme, INIT_SCHEMES)
-    if not isinstance(gain, (int, float)) or gain <= 0:
-        raise ValueError(f"gain={gain!r} must be a positive number")
-    if not isinstance(epsilon, (int, float)) or epsilon < 0:
-        raise ValueError(f"epsilon={epsilon!r} must be >= 0")
+    check_number("gain", gain, 0.0, None, "()")
+    check_number("epsilon", epsilon, 0.0)
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.reset_parameters()

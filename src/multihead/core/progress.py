@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from multihead._checks import check_bool
+
 T = TypeVar("T")
 
 PROGRESS_ENV = "MULTIHEAD_PROGRESS"
@@ -41,8 +43,7 @@ def progress(
     """
     if not isinstance(desc, str):
         raise TypeError(f"desc must be a string, got {type(desc).__name__}")
-    if not isinstance(disable, bool):
-        raise TypeError(f"disable must be True or False, got {type(disable).__name__}")
+    check_bool("disable", disable)
     mode = progress_mode()
     if mode == "text":
         from tqdm.std import tqdm

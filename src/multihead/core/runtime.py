@@ -24,6 +24,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from multihead._checks import check_choice, check_int, check_positive_int
+
 T = TypeVar("T")
 
 FAST_ENV = "MULTIHEAD_FAST"
@@ -75,8 +77,7 @@ def device(prefer: str | None = None) -> torch.device:
     """
     choice = prefer if prefer is not None else os.environ.get("MULTIHEAD_DEVICE")
     if choice is not None:
-        if not isinstance(choice, str) or choice not in {"cpu", "cuda", "mps"}:
-            raise ValueError(f"prefer={choice!r} must be one of 'cpu', 'cuda', 'mps' or None")
+        check_choice("prefer", choice, ("cpu", "cuda", "mps"))
         if choice == "cuda" and not torch.cuda.is_available():
             raise ValueError("prefer='cuda' but no CUDA device is available")
         if choice == "mps" and not torch.backends.mps.is_available():
@@ -156,8 +157,7 @@ def seeds(*, full: int = 5, fast: int = 3) -> list[int]:
     Shapes: none.
     """
     for name, n in (("full", full), ("fast", fast)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name}={n!r} must be a positive int (a number of seeds)")
+        check_positive_int(name, n)  # a number of seeds
     offset = seed_offset()
     return [offset + k for k in range(pick(full=full, fast=fast))]
 
@@ -170,10 +170,7 @@ def seed_everything(seed: int) -> torch.Generator:
 
     Shapes: none.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"seed={seed} must be non-negative")
+    check_int("seed", seed, 0)
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 (seeds legacy global users too)
     torch.manual_seed(seed)

@@ -21,8 +21,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from multihead._checks import check_attention_inputs, check_positive_int
-from multihead.core.attention import MultiHeadAttention, blocked
+from multihead._checks import check_attention_inputs, check_bool, check_positive_int
+from multihead.core.attention import MultiHeadAttention, blocked, key_softmax
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
 
@@ -39,7 +39,8 @@ class TalkingHeadsAttention(MultiHeadAttention):
         pre_mix, post_mix: learn ``P_l`` of shape (h_k, h) and ``P_w`` of shape (h, h_v).
 
     Hook points: ``scores`` (J, per key head), ``logits`` (L), ``pattern`` (W, rows sum to
-    1), ``mixed_pattern`` (U), ``z`` (per value head), plus ``q``, ``k``, ``v``. The three
+    1, or are 0 for a query that sees no key, as ``key_softmax`` says), ``mixed_pattern``
+    (U), ``z`` (per value head), plus ``q``, ``k``, ``v``. The three
     head counts are ``n_key_heads``, ``n_softmax_heads`` and ``n_value_heads``; ``n_heads``
     (inherited) counts the heads that write the output, so it equals ``n_value_heads``, and
     ``head_mask`` and gates act on those.
@@ -63,8 +64,8 @@ class TalkingHeadsAttention(MultiHeadAttention):
         h = check_positive_int("n_softmax_heads", n_softmax_heads)
         h_k = h if n_key_heads is None else check_positive_int("n_key_heads", n_key_heads)
         h_v = h if n_value_heads is None else check_positive_int("n_value_heads", n_value_heads)
-        if not isinstance(pre_mix, bool) or not isinstance(post_mix, bool):
-            raise TypeError("pre_mix and post_mix must be bools")
+        check_bool("pre_mix", pre_mix)
+        check_bool("post_mix", post_mix)
         if h_k != h and not pre_mix:
             raise ValueError(
                 f"n_key_heads={h_k} differs from n_softmax_heads={h}: that needs pre_mix=True "
@@ -89,6 +90,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
         self.P_l = nn.Parameter(torch.eye(h_k, h)) if pre_mix else None
         self.P_w = nn.Parameter(torch.eye(h, h_v)) if post_mix else None
         self.logits, self.mixed_pattern = HookPoint(), HookPoint()
+        self.scores, self.pattern = HookPoint(), HookPoint()  # on the only path: torch hooks fire
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -146,7 +148,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
             # Mask after mixing: a masked key must stay masked in every mixed head.
             logits = logits.masked_fill(mask, float("-inf"))
         logits = self.logits(logits)
-        pattern = self.pattern(logits.softmax(dim=-1))  # (b, h, q, k)
+        pattern = self.pattern(key_softmax(logits))  # (b, h, q, k); a row with no key is 0
         mixed = pattern if self.P_w is None else self.mix(pattern, self.P_w)  # (b, h_v, q, k)
         mixed = self.mixed_pattern(mixed)
         z = self.z(mixed @ v) * self.head_mask[:, None, None]  # (batch, h_v, q_len, d_value)

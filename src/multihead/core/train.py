@@ -27,24 +27,11 @@ from multihead.core.runtime import device as default_device
 
 IGNORE = -100  # target id that losses and accuracies skip (torch's cross-entropy default)
 
-# What a checkpoint depends on: the modules that build, feed or train a cached model. An edit
-# elsewhere (figures, analysis, tooling) keeps the cache; an edit here retrains.
-TRAINING_MODULES = (
-    "_checks.py",
-    "core/attention.py",
-    "core/config.py",
-    "core/hooks.py",
-    "core/model.py",
-    "core/runtime.py",
-    "core/talking_heads.py",
-    "core/train.py",
-    "interventions/drophead.py",
-    "tasks/corpus.py",
-    "tasks/lexicon.py",
-    "tasks/synthetic.py",
-    "tasks/tagging.py",
-    "tasks/translation.py",
-)
+# What a checkpoint depends on: every module of the layers that build, feed or train a cached
+# model (found on disk, so a new module is covered), and the argument checks. An edit
+# elsewhere (figures, analysis, exercises, tooling) keeps the cache; an edit here retrains.
+TRAINING_LAYERS = ("core", "tasks", "interventions")
+TRAINING_FILES = ("_checks.py",)
 
 Batch = tuple[Tensor, ...]
 Sampler = Callable[[int, torch.Generator], Batch]
@@ -213,20 +200,37 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MULTIHEAD_CACHE_DIR", Path.home() / ".cache" / "multihead"))
 
 
+def training_modules(package_root: Path | None = None) -> list[str]:
+    """The source files a checkpoint depends on, relative to ``package_root`` (default this
+    package): every ``.py`` under ``TRAINING_LAYERS`` plus ``TRAINING_FILES``, sorted.
+
+    Shapes: none.
+    """
+    root = Path(__file__).resolve().parents[1] if package_root is None else Path(package_root)
+    found = [
+        path.relative_to(root).as_posix()
+        for layer in TRAINING_LAYERS
+        for path in (root / layer).rglob("*.py")
+    ]
+    for rel in TRAINING_FILES:
+        if not (root / rel).is_file():
+            raise FileNotFoundError(f"{root / rel} is listed in TRAINING_FILES but does not exist")
+    if not found:
+        raise FileNotFoundError(f"{root} holds no module under {', '.join(TRAINING_LAYERS)}")
+    return sorted(found + list(TRAINING_FILES))
+
+
 def code_fingerprint(package_root: Path | None = None) -> str:
-    """A hash of the source of ``TRAINING_MODULES`` (under ``package_root``, default this
-    package): editing one of them invalidates the cached checkpoints.
+    """A hash of the paths and source of ``training_modules(package_root)``: editing, adding
+    or removing one of them invalidates the cached checkpoints.
 
     Shapes: none.
     """
     root = Path(__file__).resolve().parents[1] if package_root is None else Path(package_root)
     h = hashlib.sha256()
-    for rel in TRAINING_MODULES:
-        path = root / rel
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is listed in TRAINING_MODULES but does not exist")
-        h.update(rel.encode())
-        h.update(path.read_bytes())
+    for rel in training_modules(root):
+        h.update(rel.encode() + b"\0")
+        h.update((root / rel).read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -252,16 +256,27 @@ def cached_train(name: str, model: nn.Module, key: object, train_fn: Callable[[]
     Shapes: none.
     """
     path = checkpoint_path(name, key)
-    if path.exists():
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+    if path.exists():  # tensors and plain data only: loading runs no pickled code
+        saved = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(saved["state"])
         model.to(default_device()).eval()
         return History(**saved["history"])
     history = train_fn()
+    plain = _plain(asdict(history))
+    json.dumps(plain)  # fail before saving if a history is not plain data
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.cpu() for k, v in model.state_dict().items()}
     tmp = path.with_suffix(f".{os.getpid()}.tmp")  # workers may train the same model at once
-    torch.save({"state": state, "history": asdict(history)}, tmp)
+    torch.save({"state": state, "history": plain}, tmp)
     tmp.replace(path)
-    json.dumps(asdict(history))  # fail early if a history is not plain data
     return history
+
+
+def _plain(value: object) -> object:
+    """``value`` with float subclasses (numpy's float64, which an evaluation may return) as
+    Python floats, so that a saved history loads with ``weights_only=True``."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value] if isinstance(value, list) else tuple(map(_plain, value))
+    return float(value) if isinstance(value, float) else value

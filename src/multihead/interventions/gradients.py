@@ -50,23 +50,3 @@ def head_gradient_norms(
         if g is not None:
             squares[path] += g.detach().double().cpu().pow(2).flatten(1).sum(1)
     return {path: s.sqrt() for path, s in squares.items()}
-
-
-def stack_layers(norms: dict[str, Tensor], prefix: str = "encoder.layers.") -> Tensor:
-    """The per-head values of the modules ``{prefix}{l}.attn`` stacked in layer order.
-
-    Shapes: {path: (heads,)} -> (layers, heads).
-    """
-    if not isinstance(norms, dict) or not norms:
-        raise TypeError("norms must be a non-empty dict {path: (heads,) tensor}")
-    rows = {}
-    for path, v in norms.items():
-        if path.startswith(prefix) and path.endswith(".attn"):
-            index = path[len(prefix) : -len(".attn")]
-            if index.isdigit():
-                rows[int(index)] = v
-    if not rows:
-        raise ValueError(f"norms has no path of the form '{prefix}<layer>.attn'")
-    if sorted(rows) != list(range(len(rows))):
-        raise ValueError(f"norms holds layers {sorted(rows)} of '{prefix}', not 0..{len(rows) - 1}")
-    return torch.stack([rows[layer] for layer in range(len(rows))])

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from multihead._checks import check_callable, check_number
+from multihead._checks import check_bool, check_callable, check_number
 from multihead.core.attention import MultiHeadAttention
 from multihead.core.hooks import hooks
 from multihead.core.model import EncoderDecoder, FeedForward
@@ -177,8 +177,7 @@ def relevance(
     attention_modules_of(model)
     check_callable("forward", forward, "forward(model, batch) -> output")
     check_callable("explained", explained, "explained(output, batch) -> (n,) values")
-    if not isinstance(rules, bool):
-        raise TypeError(f"rules must be a bool, got {type(rules).__name__}")
+    check_bool("rules", rules)
     if isinstance(capture, str) or not all(isinstance(p, str) for p in capture):
         raise TypeError("capture must be a sequence of module paths (strings)")
     known = dict(model.named_modules())
@@ -247,8 +246,7 @@ def head_relevance(
     Shapes: explained -> (n,); -> {module path: (heads,)}.
     """
     modules = attention_modules_of(model)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    check_bool("normalize", normalize)
     totals = {name: torch.zeros(m.n_heads, dtype=torch.float64) for name, m in modules.items()}
     count = 0
     for batch in batches:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from multihead._checks import check_bool, check_number
 from multihead.analysis.diversity import pairwise_head_distances
 from multihead.core.attention import MultiHeadAttention
 
@@ -36,10 +37,8 @@ def tie_heads(
     """
     if not isinstance(attn, MultiHeadAttention):
         raise TypeError(f"attn must be a MultiHeadAttention, got {type(attn).__name__}")
-    if not isinstance(output, bool):
-        raise TypeError(f"output must be a bool, got {type(output).__name__}")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
-        raise ValueError(f"epsilon={epsilon!r} must be a number >= 0")
+    check_bool("output", output)
+    check_number("epsilon", epsilon, 0.0)
     names = _QKV + (("W_O",) if output else ())
     for name in names:
         p = getattr(attn, name)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from multihead._checks import check_int
 from multihead.analysis.diversity import pairwise_head_distances
 from multihead.analysis.metrics import entropy, rank_correlation
 from multihead.analysis.roles import Gold
@@ -237,8 +238,7 @@ def folds(n: int, k: int, seed: int = 0) -> list[list[int]]:
     Shapes: -> k sorted lists of ints.
     """
     for name, v, low in (("n", n, 1), ("k", k, 1), ("seed", seed, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{name}={v!r} must be an int >= {low}")
+        check_int(name, v, low)
     if k > n:
         raise ValueError(f"k={k} folds need at least k items, got n={n}")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
@@ -253,8 +253,7 @@ def held_out_splits(n: int, k: int, seed: int = 0) -> list[tuple[list[int], list
 
     Shapes: -> k pairs of sorted lists of ints.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise ValueError(f"k={k!r} must be an int >= 2 (a fold to score on and the rest)")
+    check_int("k", k, 2)  # a fold to score on and the rest
     parts = folds(n, k, seed)
     return [(f, sorted(i for g in parts if g is not f for i in g)) for f in parts]
 

@@ -24,7 +24,7 @@ from itertools import accumulate
 
 import torch
 
-from multihead._checks import check_positive_int
+from multihead._checks import check_int, check_number, check_positive_int
 from multihead.tasks.lexicon import (
     ADJECTIVES,
     ADVERBS,
@@ -68,17 +68,12 @@ class GrammarConfig:
 
     def __post_init__(self) -> None:
         for name in ("p_plural", "p_transitive", "p_adverb", "p_relative"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a float in [0, 1], got {value!r}")
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value} must lie in [0, 1]")
+            check_number(name, getattr(self, name), 0.0, 1.0)
         for name in ("p_adjectives", "p_pps"):
             probs = getattr(self, name)
             if len(probs) != 3 or min(probs) < 0 or abs(sum(probs) - 1) > 1e-9:
                 raise ValueError(f"{name}={probs} must be 3 non-negative numbers summing to 1")
-        if not isinstance(self.zipf, (int, float)) or not 0.0 <= self.zipf <= 3.0:
-            raise ValueError(f"zipf={self.zipf!r} must be a number in [0, 3]")
+        check_number("zipf", self.zipf, 0.0, 3.0)
         check_positive_int("min_len", self.min_len)
         check_positive_int("max_len", self.max_len)
         if not 4 <= self.min_len <= self.max_len:
@@ -246,8 +241,7 @@ def make_corpus(
     Shapes: none (returns Python objects; see ``multihead.tasks.translation.encode`` for tensors).
     """
     check_positive_int("n", n)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be a non-negative int")
+    check_int("seed", seed, 0)
     cfg = GrammarConfig() if config is None else config
     if not isinstance(cfg, GrammarConfig):
         raise TypeError(f"config must be a GrammarConfig, got {type(cfg).__name__}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from multihead._checks import check_positive_int
+from multihead._checks import check_int, check_positive_int
 from multihead.core.train import IGNORE
 
 
@@ -45,12 +45,10 @@ class LookupTask:
         check_positive_int("seq_len", self.seq_len)
         if self.vocab_size < 2:
             raise ValueError(f"vocab_size={self.vocab_size} must be at least 2")
-        if (
-            not isinstance(self.offsets, tuple)
-            or len(self.offsets) < 2
-            or any(isinstance(o, bool) or not isinstance(o, int) for o in self.offsets)
-        ):
+        if not isinstance(self.offsets, tuple) or len(self.offsets) < 2:
             raise TypeError(f"offsets must be a tuple of at least two ints, got {self.offsets!r}")
+        for i, offset in enumerate(self.offsets):
+            check_int(f"offsets[{i}]", offset)
         if min(self.offsets) <= 0 or len(set(self.offsets)) != len(self.offsets):
             raise ValueError(f"offsets={self.offsets} must be different positive ints")
         if max(self.offsets) >= self.seq_len:
@@ -106,8 +104,7 @@ class SubsetCountTask:
             raise ValueError(
                 f"subset_size={self.subset_size} must be smaller than seq_len={self.seq_len}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r} must be a non-negative int")
+        check_int("seed", self.seed, 0)
 
     @property
     def n_classes(self) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from multihead._checks import check_bool
+
 try:  # the book's toolchain (requirements.txt) has it; a student's Colab usually does not
     from myst_nb import glue as _myst_glue
 except ImportError:  # pragma: no cover - exercised by the Colab-like run
@@ -25,8 +27,7 @@ def glue(name: str, variable: Any, display: bool = True) -> None:
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty str, got {name!r}")
-    if not isinstance(display, bool):
-        raise TypeError(f"display must be a bool, got {type(display).__name__}")
+    check_bool("display", display)
     if _myst_glue is not None:
         _myst_glue(name, variable, display=display)
     elif display:
