@@ -52,7 +52,8 @@ else:
     cfg = ModelConfig(vocab_size=len(corpus.src_vocab), n_classes=len(corpus.tgt_vocab), d_model=64,
                       n_heads=4, n_layers=3, n_decoder_layers=3, d_ff=128, max_len=32)
     torch.manual_seed(0)
-    model, sample, loss, steps = EncoderDecoder(cfg), sampler(encode(corpus, corpus.train)), seq2seq_loss, 10
+    model, sample = EncoderDecoder(cfg), sampler(encode(corpus, corpus.train))
+    loss, steps = seq2seq_loss, 10
 kw = {} if loss is None else {"loss_fn": loss}
 train(model, sample, TrainConfig(steps=2, batch_size=64), progress=False, **kw)  # warm-up
 start = time.perf_counter()
@@ -77,11 +78,15 @@ SETTINGS = {
 
 
 def run(which: str, env_extra: dict[str, str]) -> tuple[float, int]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                                            "OMP_WAIT_POLICY", "MULTIHEAD_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "MULTIHEAD_THREADS")
+    }
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", CHILD, which], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, which], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     return float(out[0]), int(out[1])
 
 
@@ -95,8 +100,10 @@ def main() -> None:
         load = []
         if state == "busy":
             env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-            load = [subprocess.Popen([sys.executable, "-c", LOAD, "3600"], env=env)
-                    for _ in range(cores)]
+            load = [
+                subprocess.Popen([sys.executable, "-c", LOAD, "3600"], env=env)
+                for _ in range(cores)
+            ]
             time.sleep(2)
         try:
             for which in ("encoder", "translation"):

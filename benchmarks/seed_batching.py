@@ -25,6 +25,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
+from multihead.tools.timing import median_times
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderDecoder, EncoderModel
@@ -33,7 +34,6 @@ from multihead.tasks.corpus import make_corpus
 from multihead.tasks.synthetic import LookupTask
 from multihead.tasks.tagging import tagger_config, tagging_data, tagging_loss, tagging_sampler
 from multihead.tasks.translation import encode, sampler, seq2seq_loss
-from multihead.tools.timing import median_times
 
 SEEDS = (0, 1, 2, 3, 4)
 WORKERS = 2
