@@ -234,8 +234,8 @@ def test_train_seeds_cache_loads_a_seed_instead_of_training_it(tmp_path, monkeyp
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"seeds": 3}, TypeError, "seeds must be a list"),
-        ({"seeds": "01"}, TypeError, "seeds must be a list"),
+        ({"seeds": 3}, TypeError, "seeds must be a sequence"),
+        ({"seeds": "01"}, TypeError, "seeds must be a sequence"),
         ({"seeds": []}, ValueError, "seeds is empty"),
         ({"seeds": [1, 1]}, ValueError, "repeats a seed"),
         ({"seeds": [0, -1]}, ValueError, r"seeds\[1\]"),
