@@ -9,8 +9,8 @@ Threads: the course's models are small, and on a machine where other work runs, 
 default of one thread per core can train them many times slower than one thread (the
 threads wait for each other, and each wait for a descheduled thread costs a time slice).
 When this module is imported, ``choose_threads`` times a few matrix products of the
-chapters' sizes at one thread and at torch's default, and keeps the faster: all threads on
-a quiet machine, one on a busy one. ``MULTIHEAD_THREADS`` (a number, or ``all``) or
+chapters' sizes at one thread and at torch's default and reads the load average: all
+threads on a quiet machine, one on a busy one. ``MULTIHEAD_THREADS`` (a number, or ``all``) or
 ``OMP_NUM_THREADS`` decide instead, without the timing.
 """
 
@@ -198,9 +198,10 @@ def choose_threads() -> int:
 
     ``MULTIHEAD_THREADS`` (a positive int, or ``all`` for torch's default) decides if set;
     else ``OMP_NUM_THREADS``, if set, is left to torch. Otherwise the same small workload is
-    timed at one thread and at torch's default (interleaved, best of three each) and the
-    faster count is kept: on a quiet machine all threads, on a busy one a single thread,
-    which there runs several times faster. Called once when this module is imported.
+    timed at one thread and at torch's default (interleaved, best of three each); all threads
+    are kept when they are clearly faster (under 0.9 of one thread's time) and the load
+    average of the last minute leaves a core free, else a single thread, which on a busy
+    machine runs several times faster. Called once when this module is imported.
 
     Shapes: none.
     """
@@ -219,7 +220,12 @@ def choose_threads() -> int:
         for _ in range(3):
             one.append(_seconds_of_work(1))
             default.append(_seconds_of_work(_DEFAULT_THREADS))
-        threads = _DEFAULT_THREADS if min(default) < min(one) else 1
+        # all threads only if clearly faster now and no other work held the cores in the last
+        # minute: a short timing can miss a busy neighbour, and guessing wrong that way costs
+        # many times more than a single thread costs on a quiet machine
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        quiet = load < _DEFAULT_THREADS - 0.5
+        threads = _DEFAULT_THREADS if quiet and min(default) < 0.9 * min(one) else 1
     torch.set_num_threads(threads)
     return threads
 
