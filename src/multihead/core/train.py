@@ -107,7 +107,11 @@ def train(
     dev = device or default_device()
     model.to(dev)
     generator = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # foreach: one fused update over all tensors; bitwise the same steps as the per-tensor
+    # default on CPU, and faster for the many small tensors of our models.
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / cfg.warmup) if cfg.warmup else 1.0
     )
@@ -124,7 +128,7 @@ def train(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
         opt.step()
         sched.step()
         history.loss.append(loss.item())
