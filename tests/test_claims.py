@@ -1,5 +1,7 @@
 """The claims module: verdict vocabulary, glue names, bad input."""
 
+import json
+
 import pytest
 
 from multihead.viz import claims
@@ -40,3 +42,19 @@ def test_spread():
         claims.spread([float("nan")])
     with pytest.raises(ValueError, match="fmt"):
         claims.spread([1.0], "d")
+
+
+def test_claim_with_a_verdict_adds_its_effect_and_logs_it(capsys, tmp_path, monkeypatch):
+    from multihead.analysis.verdict import judge, per_seed
+
+    log = tmp_path / "verdicts.jsonl"
+    monkeypatch.setenv(claims.LOG_ENV, str(log))
+    v = judge(per_seed([0.2, 0.3, 0.25], claimed="higher"))
+    claims.claim("key-size", v, "gain per seed", fmt="+.2f")
+    out = capsys.readouterr().out
+    assert "claim key-size: reproduced (gain per seed; effect +0.25 (95% interval" in out
+    claims.claim("key-size-proof", "proved and checked", "to 1e-9")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert rows[0]["claim"] == "key-size" and rows[0]["word"] == "reproduced"
+    assert rows[0]["low"] < 0.25 < rows[0]["high"] and rows[0]["seeds"] == 3
+    assert rows[1] == {"claim": "key-size-proof", "word": "proved and checked"}

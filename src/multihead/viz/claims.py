@@ -9,28 +9,31 @@ hand. A notebook computes the verdict from its replicates, asserts what it teach
 
 which glues ``claim_<id>_verdict`` and ``claim_<id>_evidence`` (ids use ``-``; the glue
 names use ``_``) and prints one line. The page pastes them with the ``:s`` format spec.
+An empirical verdict is a ``Verdict`` from ``multihead.analysis.verdict`` (the course's one
+rule), and its effect and interval join the evidence; ``proved and checked``, ``not at this
+scale`` and ``open`` are given as words. Where ``MULTIHEAD_VERDICT_LOG`` names a file, every
+claim also appends one JSON line to it (the seed sweep reads them).
 
 Shapes: none.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 from collections.abc import Sequence
 
+from multihead.analysis.verdict import WORDS, Verdict
 from multihead.viz.glue import glue
 
-VERDICTS = (
-    "proved and checked",
-    "reproduced",
-    "partly",
-    "mixed over seeds",
-    "not reproduced",
-    "not at this scale",
-    "contradicted",
-    "open",
-)
+# Words given as words: a theorem's check, a claim our models cannot test, an open question.
+STATED = ("proved and checked", "not at this scale", "open")
+# Words of the older per-chapter rules, still given as words by the notebooks that use them.
+OLDER = ("mixed over seeds", "not reproduced")
+VERDICTS = (*STATED, *WORDS, *OLDER)
+LOG_ENV = "MULTIHEAD_VERDICT_LOG"
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
@@ -51,22 +54,42 @@ def check_claim_id(claim_id: object) -> str:
     return claim_id
 
 
-def claim(claim_id: str, verdict: str, evidence: str) -> None:
-    """Glue ``verdict`` (one of ``VERDICTS``) and ``evidence`` (one line of text, with the
-    seed count) for the claims page, and print them.
+def claim(
+    claim_id: str, verdict: Verdict | str, evidence: str, *, fmt: str = "+.3f", unit: str = ""
+) -> None:
+    """Glue ``verdict`` and ``evidence`` (one line of text, with the seed count) for the
+    claims page, and print them. ``verdict`` is a ``Verdict`` (its effect, formatted with
+    ``fmt`` and ``unit``, is added to the evidence) or a word of ``VERDICTS``.
 
     Shapes: none.
     """
     check_claim_id(claim_id)
-    if verdict not in VERDICTS:
-        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if isinstance(verdict, Verdict):
+        word = verdict.word
+    elif isinstance(verdict, str) and verdict in VERDICTS:
+        # A word: STATED, or an older rule's (tests/test_verdict_structure.py lists the
+        # notebooks that must give every empirical verdict as a Verdict).
+        word = verdict
+    else:
+        raise ValueError(f"verdict must be a Verdict or one of {VERDICTS}, got {verdict!r}")
     if not isinstance(evidence, str) or not evidence.strip() or "\n" in evidence:
         raise ValueError(f"evidence must be one non-empty line of text, got {evidence!r}")
+    if isinstance(verdict, Verdict):
+        evidence = f"{evidence}; effect {verdict.describe(fmt, unit)}"
     if "|" in evidence:
         raise ValueError("evidence must not contain '|' (it sits in a table cell)")
-    glue(glue_name(claim_id, "verdict"), verdict, display=False)
+    glue(glue_name(claim_id, "verdict"), word, display=False)
     glue(glue_name(claim_id, "evidence"), evidence, display=False)
-    print(f"claim {claim_id}: {verdict} ({evidence})")
+    print(f"claim {claim_id}: {word} ({evidence})")
+    log = os.environ.get(LOG_ENV)
+    if log:
+        row: dict = {"claim": claim_id, "word": word}
+        effect = verdict.effect if isinstance(verdict, Verdict) else None
+        if effect is not None:
+            row.update(estimate=effect.estimate, low=effect.low, high=effect.high,
+                       seeds=effect.seeds)
+        with open(log, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 def spread(values: Sequence[float], fmt: str = ".3f", unit: str = "seed") -> str:
