@@ -11,6 +11,7 @@ from tools.seedcheck import (
     RECORDER_CELL,
     closeness,
     main,
+    merge_verdicts,
     record_asserts,
     render,
     rewritten,
@@ -91,11 +92,12 @@ def test_summary_names_the_offsets_an_assert_failed_at_and_its_margins():
 def test_a_sweep_runs_a_notebook_at_each_offset(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("import os"),
+        nbformat.v4.new_code_cell("import os\nfrom multihead.viz.claims import claim"),
         nbformat.v4.new_code_cell(
             "offset = int(os.environ['MULTIHEAD_SEED_OFFSET'])\n"
             "assert offset % 2 == 0\n"
-            "assert os.environ['MULTIHEAD_FAST'] == '1'"
+            "assert os.environ['MULTIHEAD_FAST'] == '1'\n"
+            "claim('demo-even', 'open' if offset % 2 else 'proved and checked', 'parity')"
         ),
     ]
     path = tmp_path / "05_demo.ipynb"
@@ -105,6 +107,19 @@ def test_a_sweep_runs_a_notebook_at_each_offset(tmp_path):
     assert len(held) == 1 and [(r["line"], r["failed"]) for r in failing] == [(2, [1])]
     assert sweep[1]["05_demo"]["errors"] == []  # the failing assert did not stop the cell
     json.dumps(sweep)  # the sweep can be written out
+    assert merge_verdicts(sweep) == {"demo-even": {"fast": {"0": "proved and checked", "1": "open"}}}
+
+
+def test_verdicts_merge_over_sweeps_run_in_parts():
+    def sweep(offset, word, full):
+        return {offset: {"05_x": {"verdicts": [{"claim": "c", "word": word}], "full": full}}}
+
+    first = merge_verdicts(sweep(100, "partly", False))
+    second = merge_verdicts(sweep(100, "reproduced", True), first)
+    third = merge_verdicts(sweep(200, "no clear effect", True), second)
+    assert third == {"c": {"fast": {"100": "partly"},
+                           "full": {"100": "reproduced", "200": "no clear effect"}}}
+    assert first == {"c": {"fast": {"100": "partly"}}}  # merging copies, never edits
 
 
 def test_the_markdown_summary_lists_what_failed():

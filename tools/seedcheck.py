@@ -10,7 +10,10 @@ sweep gives, for every assert, the offsets at which it failed::
     python -m tools.seedcheck --offsets 600 700 --notebooks 05 06 --out sweep.json
 
 It prints one row per assert that failed at some offset (cell, line, source, failures), and
-how many held everywhere. Asserts under ``if book_seeds():`` do not run at a non-zero offset,
+how many held everywhere. It also records every claim's verdict at every offset (``claim``
+appends it to ``MULTIHEAD_VERDICT_LOG``); ``--verdicts FILE`` merges them into the file the
+claims page reads for its stability column (``book/_generated/verdicts.json``), so a
+full-mode sweep can run in parts. Asserts under ``if book_seeds():`` do not run at a non-zero offset,
 so they are counted at offset 0 only (the sweep sets ``MULTIHEAD_BOOK_RUN=1``). Offsets run
 side by side, one process per core, one torch thread each; the notebooks of one offset run in
 order in one process and share a checkpoint cache, so the models of notebook 05 are trained
@@ -30,6 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 
 RECORD_ENV = "MULTIHEAD_SEEDCHECK_LOG"
+VERDICT_ENV = "MULTIHEAD_VERDICT_LOG"  # multihead.viz.claims.LOG_ENV
 RECORDER = "_seedcheck_record"
 COMPARE = "_seedcheck_compare"
 # The first code cell of every rewritten notebook: append one JSON line per assert executed.
@@ -128,9 +132,12 @@ def run_offset(offset: int, paths: list[str], full: bool, folder: str) -> dict:
     cache = Path(folder) / f"cache-{offset}"
     for path in map(Path, paths):
         log = Path(folder) / f"{path.stem}-{offset}.jsonl"
+        verdict_log = Path(folder) / f"{path.stem}-{offset}.verdicts.jsonl"
         log.unlink(missing_ok=True)
+        verdict_log.unlink(missing_ok=True)
         env = {
             RECORD_ENV: str(log),
+            VERDICT_ENV: str(verdict_log),
             "MULTIHEAD_SEED_OFFSET": str(offset),
             "MULTIHEAD_FAST": "0" if full else "1",
             "MULTIHEAD_CACHE_DIR": str(cache),
@@ -152,7 +159,14 @@ def run_offset(offset: int, paths: list[str], full: bool, folder: str) -> dict:
         records = (
             [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         )
-        results[path.stem] = {"records": records, "errors": errors, "full": full}
+        verdicts = (
+            [json.loads(line) for line in verdict_log.read_text().splitlines()]
+            if verdict_log.exists()
+            else []
+        )
+        results[path.stem] = {
+            "records": records, "verdicts": verdicts, "errors": errors, "full": full
+        }
     return results
 
 
@@ -266,6 +280,22 @@ def render(sweep: dict[int, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge_verdicts(sweep: dict[int, dict], known: dict | None = None) -> dict:
+    """``{claim id: {"fast"|"full": {offset: word}}}``: the verdict every claim got at every
+    offset of ``sweep``, merged into ``known`` (an earlier file's contents; an offset run
+    again replaces its word). A claim whose notebook stopped before it has no word there.
+
+    Shapes: none.
+    """
+    table = {k: {m: dict(v) for m, v in modes.items()} for k, modes in (known or {}).items()}
+    for offset, notebooks in sweep.items():
+        for result in notebooks.values():
+            mode = "full" if result.get("full") else "fast"
+            for row in result.get("verdicts", []):
+                table.setdefault(row["claim"], {}).setdefault(mode, {})[str(offset)] = row["word"]
+    return {k: table[k] for k in sorted(table)}
+
+
 def _full(sweep: dict) -> list[bool]:
     return [bool(nb.get("full")) for notebooks in sweep.values() for nb in notebooks.values()]
 
@@ -278,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the sweep as JSON")
     parser.add_argument("--load", type=Path, default=None, help="summarize a saved sweep")
     parser.add_argument("--markdown", type=Path, default=None, help="write the summary table")
+    parser.add_argument("--verdicts", type=Path, default=None,
+                        help="merge every claim's verdict per offset into this JSON file")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.load is not None:
@@ -310,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['notebook']} cell {r['cell']} line {r['line']}: {c:.1f} sd\n    {src[:160]}")
     if args.markdown:
         args.markdown.write_text(render(sweep))
+    if args.verdicts:
+        known = json.loads(args.verdicts.read_text()) if args.verdicts.exists() else {}
+        merged = merge_verdicts(sweep, known)
+        args.verdicts.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
+        print(f"verdicts of {len(merged)} claims in {args.verdicts}")
     return 0
 
 
