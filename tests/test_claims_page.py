@@ -46,7 +46,9 @@ def test_every_row_pastes_its_verdict_and_evidence_from_glue():
     assert len(ids) == len(set(ids)), "a claim id appears twice on the claims page"
     for chapter, cid, cells in rows:
         assert len(cells) == 6, f"row {cid}: expected 6 cells, got {len(cells)}"
-        for cell, field in ((cells[3], "verdict"), (cells[4], "evidence")):
+        verdict, _, stability = cells[3].partition(" <br>")
+        assert stability == f"{{stability}}`{cid}`", f"row {cid}: no stability under the verdict"
+        for cell, field in ((verdict, "verdict"), (cells[4], "evidence")):
             m = GLUE.fullmatch(cell)
             assert m, f"row {cid}: the {field} cell must be one {{glue:text}} reference"
             stem, name = m.group(1), m.group(2)

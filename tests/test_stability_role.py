@@ -1,0 +1,24 @@
+"""The claims page's stability text: the book's word against the sweep's words."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("stability", ROOT / "book/_ext/stability.py")
+stability = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stability)
+
+
+def test_describe_counts_the_same_word_and_names_the_others():
+    modes = {"full": {"0": "partly", "100": "partly", "200": "no clear effect"},
+             "fast": {"0": "no clear effect", "100": "partly", "300": "no clear effect"}}
+    text = stability.describe("partly", modes)
+    assert text == ("same word at 1 of 2 other seed sets (no clear effect at 200); same word "
+                    "at 1 of 3 seed sets in fast mode (no clear effect at the book's seeds, 300)")
+    assert stability.describe("partly", {}) == "not swept yet"
+
+
+def test_every_claim_of_the_committed_notebooks_has_a_book_word():
+    words = stability._book_words(ROOT)
+    assert len(words) >= 80
+    assert all(w for w in words.values())
