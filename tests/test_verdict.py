@@ -146,3 +146,12 @@ def test_bad_input_names_the_argument():
         judge(per_seed([1.0, 2.0, 3.0], claimed="higher"), minimal=-1.0)
     with pytest.raises(TypeError, match="conditions"):
         combine({})
+
+
+def test_the_description_names_the_examples():
+    g = torch.Generator().manual_seed(5)
+    a = torch.rand(3, 20, generator=g, dtype=torch.float64)
+    e = paired(a + 1, a, claimed="higher", example_name="test sentences")
+    assert "3 seeds x 20 test sentences" in e.describe()
+    with pytest.raises(ValueError, match="example_name"):
+        paired(a, a, claimed="higher", example_name="")

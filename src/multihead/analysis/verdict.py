@@ -121,11 +121,14 @@ class Effect:
     seeds: int
     examples: int
     per_seed: tuple[float, ...] = field(default=())
+    example_name: str = "examples"
 
     def describe(self, fmt: str = "+.3f", unit: str = "") -> str:
         """``+0.012 (95% interval +0.004 to +0.020; 5 seeds x 971 tokens)``-style text."""
         u = f" {unit}" if unit else ""
-        scope = f"{self.seeds} seeds" + (f" x {self.examples} examples" if self.examples else "")
+        scope = f"{self.seeds} seeds" + (
+            f" x {self.examples} {self.example_name}" if self.examples else ""
+        )
         text = (
             f"{self.estimate:{fmt}}{u} (95% interval {self.low:{fmt}} to {self.high:{fmt}}; "
             f"{scope}"
@@ -201,7 +204,12 @@ def _interval(mean: float, var: float, df: float) -> tuple[float, float]:
 
 
 def paired(
-    treatment: object, control: object, *, claimed: str, shared_examples: bool = True
+    treatment: object,
+    control: object,
+    *,
+    claimed: str,
+    shared_examples: bool = True,
+    example_name: str = "examples",
 ) -> Effect:
     """The effect ``treatment - control``, paired by seed and by test example.
 
@@ -210,11 +218,14 @@ def paired(
     says every seed was scored on the same examples, so the examples are a second source of
     noise shared by the seeds; ``False`` says each seed has its own (then rows may differ in
     length, given as a list). ``claimed``: ``"higher"`` or ``"lower"``, the side of zero the
-    claim predicts for ``treatment - control``.
+    claim predicts for ``treatment - control``. ``example_name`` names the examples in the
+    description ("test sentences").
 
     Shapes: treatment, control (seeds, examples) or a list of (examples_k,) -> Effect.
     """
     check_choice("claimed", claimed, ("higher", "lower"))
+    if not isinstance(example_name, str) or not example_name.strip():
+        raise ValueError(f"example_name must be a non-empty str, got {example_name!r}")
     a, b = _rows("treatment", treatment), _rows("control", control)
     if isinstance(a, Tensor) != isinstance(b, Tensor) or (
         isinstance(a, Tensor) and a.shape != b.shape
@@ -246,7 +257,7 @@ def paired(
         lo, hi = _interval(est, var_seed + var_ex, df)
     else:
         lo, hi = _interval(est, var_seed, K - 1)
-    return Effect(est, lo, hi, (0.0, 0.0), claimed, K, n, tuple(means.tolist()))
+    return Effect(est, lo, hi, (0.0, 0.0), claimed, K, n, tuple(means.tolist()), example_name)
 
 
 def per_seed(values: object, *, claimed: str, null: object | None = None) -> Effect:
