@@ -1,6 +1,7 @@
 """The claims page's stability text: the book's word against the sweep's words."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,3 +23,12 @@ def test_every_claim_of_the_committed_notebooks_has_a_book_word():
     words = stability._book_words(ROOT)
     assert len(words) >= 80
     assert all(w for w in words.values())
+
+
+def test_the_sweep_file_gives_every_claim_three_other_fast_seed_sets():
+    sweep = json.loads((ROOT / stability.VERDICTS).read_text())
+    words = stability._book_words(ROOT)
+    missing = [c for c in words if len(set(sweep.get(c, {}).get("fast", {})) - {"0"}) < 3]
+    assert not missing, f"no fast-mode sweep at 3 other offsets for {missing}"
+    stale = sorted(set(sweep) - set(words))
+    assert not stale, f"the sweep file has claims no notebook makes: {stale}"
