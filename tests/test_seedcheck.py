@@ -107,7 +107,9 @@ def test_a_sweep_runs_a_notebook_at_each_offset(tmp_path):
     assert len(held) == 1 and [(r["line"], r["failed"]) for r in failing] == [(2, [1])]
     assert sweep[1]["05_demo"]["errors"] == []  # the failing assert did not stop the cell
     json.dumps(sweep)  # the sweep can be written out
-    assert merge_verdicts(sweep) == {"demo-even": {"fast": {"0": "proved and checked", "1": "open"}}}
+    assert merge_verdicts(sweep) == {
+        "demo-even": {"fast": {"0": "proved and checked", "1": "open"}}
+    }
 
 
 def test_verdicts_merge_over_sweeps_run_in_parts():
@@ -117,8 +119,9 @@ def test_verdicts_merge_over_sweeps_run_in_parts():
     first = merge_verdicts(sweep(100, "partly", False))
     second = merge_verdicts(sweep(100, "reproduced", True), first)
     third = merge_verdicts(sweep(200, "no clear effect", True), second)
-    assert third == {"c": {"fast": {"100": "partly"},
-                           "full": {"100": "reproduced", "200": "no clear effect"}}}
+    assert third == {
+        "c": {"fast": {"100": "partly"}, "full": {"100": "reproduced", "200": "no clear effect"}}
+    }
     assert first == {"c": {"fast": {"100": "partly"}}}  # merging copies, never edits
 
 

@@ -11,11 +11,15 @@ _spec.loader.exec_module(stability)
 
 
 def test_describe_counts_the_same_word_and_names_the_others():
-    modes = {"full": {"0": "partly", "100": "partly", "200": "no clear effect"},
-             "fast": {"0": "no clear effect", "100": "partly", "300": "no clear effect"}}
+    modes = {
+        "full": {"0": "partly", "100": "partly", "200": "no clear effect"},
+        "fast": {"0": "no clear effect", "100": "partly", "300": "no clear effect"},
+    }
     text = stability.describe("partly", modes)
-    assert text == ("same word at 1 of 2 other seed sets (no clear effect at 200); same word "
-                    "at 1 of 3 seed sets in fast mode (no clear effect at the book's seeds, 300)")
+    assert text == (
+        "same word at 1 of 2 other seed sets (no clear effect at 200); same word "
+        "at 1 of 3 seed sets in fast mode (no clear effect at the book's seeds, 300)"
+    )
     assert stability.describe("partly", {}) == "not swept yet"
 
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from multihead.analysis.metrics import rank_correlation
 from multihead.analysis.verdict import (
     Effect,
     combine,
@@ -12,7 +13,6 @@ from multihead.analysis.verdict import (
     per_seed,
     t_quantile,
 )
-from multihead.analysis.metrics import rank_correlation
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -108,8 +108,7 @@ def test_correlation_against_its_permutation_null():
     assert judge(e).word == "reproduced"
     e0 = correlation(xs, unrelated, rank_correlation, claimed="higher", permutations=60)
     assert judge(e0).word == "no clear effect"
-    within = correlation(xs, related, rank_correlation, claimed="higher", within=1,
-                         permutations=60)
+    within = correlation(xs, related, rank_correlation, claimed="higher", within=1, permutations=60)
     assert judge(within).word == "reproduced"
 
 

@@ -70,7 +70,9 @@ def _code_cells(path: Path) -> list[tuple[int, str]]:
     return [(i, "".join(c["source"])) for i, c in enumerate(code)]
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem not in OLDER_RULES], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in NOTEBOOKS if p.stem not in OLDER_RULES], ids=lambda p: p.stem
+)
 def test_no_cell_sets_an_empirical_verdict_word(path):
     bad = []
     for i, source in _code_cells(path):

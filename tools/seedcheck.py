@@ -13,8 +13,8 @@ It prints one row per assert that failed at some offset (cell, line, source, fai
 how many held everywhere. It also records every claim's verdict at every offset (``claim``
 appends it to ``MULTIHEAD_VERDICT_LOG``); ``--verdicts FILE`` merges them into the file the
 claims page reads for its stability column (``book/_generated/verdicts.json``), so a
-full-mode sweep can run in parts. Asserts under ``if book_seeds():`` do not run at a non-zero offset,
-so they are counted at offset 0 only (the sweep sets ``MULTIHEAD_BOOK_RUN=1``). Offsets run
+full-mode sweep can run in parts. Asserts under ``if book_seeds():`` do not run at a non-zero
+offset, so they are counted at offset 0 only (the sweep sets ``MULTIHEAD_BOOK_RUN=1``). Offsets run
 side by side, one process per core, one torch thread each; the notebooks of one offset run in
 order in one process and share a checkpoint cache, so the models of notebook 05 are trained
 once for 06 and 07. Slow: a fast-mode offset costs
@@ -165,7 +165,10 @@ def run_offset(offset: int, paths: list[str], full: bool, folder: str) -> dict:
             else []
         )
         results[path.stem] = {
-            "records": records, "verdicts": verdicts, "errors": errors, "full": full
+            "records": records,
+            "verdicts": verdicts,
+            "errors": errors,
+            "full": full,
         }
     return results
 
@@ -308,8 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the sweep as JSON")
     parser.add_argument("--load", type=Path, default=None, help="summarize a saved sweep")
     parser.add_argument("--markdown", type=Path, default=None, help="write the summary table")
-    parser.add_argument("--verdicts", type=Path, default=None,
-                        help="merge every claim's verdict per offset into this JSON file")
+    parser.add_argument(
+        "--verdicts",
+        type=Path,
+        default=None,
+        help="merge every claim's verdict per offset into this JSON file",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
     if args.load is not None:

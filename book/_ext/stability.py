@@ -1,12 +1,12 @@
 """A ``{stability}`` role: how a claim's verdict fares on seed sets other than the book's.
 
 ``{stability}`ch5-confidence-importance``` becomes, e.g., "same word at 2 of 2 other seed
-sets; same word at 1 of 3 seed sets in fast mode (no clear effect at 100, 300)". The book's word is the notebook's
-committed full-mode verdict (the glue ``claim_<id>_verdict``); the other words come from the
-seed sweep, ``python -m tools.seedcheck --offsets ... --verdicts book/_generated/verdicts.json``
-(fast mode, and ``--full`` in full mode), which records every claim's verdict at every offset.
-Fast mode's offsets include 0 when the sweep ran it: the book's seeds in fast mode, which is
-where fast and full mode differ if they do.
+sets; same word at 1 of 3 seed sets in fast mode (no clear effect at 100, 300)". The book's
+word is the notebook's committed full-mode verdict (the glue ``claim_<id>_verdict``); the
+other words come from the seed sweep (``python -m tools.seedcheck --offsets ...
+--verdicts book/_generated/verdicts.json``, in fast mode and with ``--full``), which records
+every claim's verdict at every offset. Fast mode's offsets include 0 when the sweep ran it:
+the book's seeds in fast mode, which is where fast and full mode differ if they do.
 """
 
 import json

@@ -130,8 +130,7 @@ class Effect:
             f" x {self.examples} {self.example_name}" if self.examples else ""
         )
         text = (
-            f"{self.estimate:{fmt}}{u} (95% interval {self.low:{fmt}} to {self.high:{fmt}}; "
-            f"{scope}"
+            f"{self.estimate:{fmt}}{u} (95% interval {self.low:{fmt}} to {self.high:{fmt}}; {scope}"
         )
         if self.reference != (0.0, 0.0):
             text += f"; shuffled data give {self.reference[0]:{fmt}} to {self.reference[1]:{fmt}}"
@@ -154,7 +153,9 @@ class Verdict:
     def describe(self, fmt: str = "+.3f", unit: str = "") -> str:
         """The word's grounds in one line, for a claims row."""
         if self.effect is None:
-            return "; ".join(f"{name}: {v.word}, {v.describe(fmt, unit)}" for name, v in self.conditions)
+            return "; ".join(
+                f"{name}: {v.word}, {v.describe(fmt, unit)}" for name, v in self.conditions
+            )
         text = self.effect.describe(fmt, unit)
         if self.minimal:
             text += f", minimal size {self.minimal:{fmt.lstrip('+')}}"
@@ -168,12 +169,17 @@ def _table(name: str, values: object) -> Tensor:
         try:
             t = torch.as_tensor(values, dtype=torch.float64)
         except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"{name} must be numbers shaped (seeds,) or (seeds, examples)") from None
+            raise TypeError(
+                f"{name} must be numbers shaped (seeds,) or (seeds, examples)"
+            ) from None
     if t.ndim not in (1, 2):
-        raise ValueError(f"{name} must be shaped (seeds,) or (seeds, examples), got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must be shaped (seeds,) or (seeds, examples), got {tuple(t.shape)}"
+        )
     if t.shape[0] < MIN_SEEDS:
         raise ValueError(
-            f"{name} holds {t.shape[0]} seeds: a verdict needs at least {MIN_SEEDS} (one row per seed)"
+            f"{name} holds {t.shape[0]} seeds: a verdict needs at least {MIN_SEEDS} "
+            f"(one row per seed)"
         )
     if t.ndim == 2 and t.shape[1] < 2:
         raise ValueError(f"{name} needs at least 2 examples per seed, got {t.shape[1]}")
@@ -184,8 +190,10 @@ def _table(name: str, values: object) -> Tensor:
 
 def _rows(name: str, values: object) -> Tensor | list[Tensor]:
     """A (seeds, examples) table, or a list of per-seed example vectors of their own lengths."""
-    if isinstance(values, (list, tuple)) and values and all(
-        isinstance(v, (Tensor, list, tuple)) for v in values
+    if (
+        isinstance(values, (list, tuple))
+        and values
+        and all(isinstance(v, (Tensor, list, tuple)) for v in values)
     ):
         rows = [torch.as_tensor(v, dtype=torch.float64).flatten() for v in values]
         if len({len(r) for r in rows}) > 1:
@@ -227,18 +235,24 @@ def paired(
     if not isinstance(example_name, str) or not example_name.strip():
         raise ValueError(f"example_name must be a non-empty str, got {example_name!r}")
     a, b = _rows("treatment", treatment), _rows("control", control)
-    if isinstance(a, Tensor) != isinstance(b, Tensor) or (
-        isinstance(a, Tensor) and a.shape != b.shape
-    ) or (not isinstance(a, Tensor) and [len(r) for r in a] != [len(r) for r in b]):
+    if (
+        isinstance(a, Tensor) != isinstance(b, Tensor)
+        or (isinstance(a, Tensor) and a.shape != b.shape)
+        or (not isinstance(a, Tensor) and [len(r) for r in a] != [len(r) for r in b])
+    ):
         raise ValueError("treatment and control must have the same seeds and examples, paired")
     if isinstance(a, Tensor) and a.ndim == 1:
-        raise ValueError("treatment and control need per-example values (seeds, examples); "
-                         "for one number per seed use per_seed(treatment - control, ...)")
+        raise ValueError(
+            "treatment and control need per-example values (seeds, examples); "
+            "for one number per seed use per_seed(treatment - control, ...)"
+        )
     if isinstance(a, list):
         if shared_examples:
-            raise ValueError("seeds with different numbers of examples cannot share them: "
-                             "pass shared_examples=False")
-        diffs = [x - y for x, y in zip(a, b)]
+            raise ValueError(
+                "seeds with different numbers of examples cannot share them: "
+                "pass shared_examples=False"
+            )
+        diffs = [x - y for x, y in zip(a, b, strict=True)]
         means = torch.stack([d.mean() for d in diffs])
         n = sum(len(d) for d in diffs)
     else:
@@ -307,15 +321,17 @@ def correlation(
     check_positive_int("permutations", permutations)
     if len(xs) != len(ys):
         raise ValueError(f"xs has {len(xs)} seeds and ys {len(ys)}: pair them by seed")
-    for k, (x, y) in enumerate(zip(xs, ys)):
+    for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
         if not isinstance(x, Tensor) or not isinstance(y, Tensor) or x.shape != y.shape:
             raise ValueError(f"xs[{k}] and ys[{k}] must be tensors of one shape")
-    values = torch.stack([torch.as_tensor(statistic(x, y), dtype=torch.float64) for x, y in zip(xs, ys)])
+    values = torch.stack(
+        [torch.as_tensor(statistic(x, y), dtype=torch.float64) for x, y in zip(xs, ys, strict=True)]
+    )
     g = torch.Generator().manual_seed(seed)
     null = []
     for _ in range(permutations):
         draws = []
-        for x, y in zip(xs, ys):
+        for x, y in zip(xs, ys, strict=True):
             if within is None:
                 flat = y.flatten()
                 shuffled = flat[torch.randperm(flat.numel(), generator=g)].view_as(y)
@@ -336,8 +352,10 @@ def judge(effect: Effect, *, minimal: float = 0.0) -> Verdict:
     Shapes: none.
     """
     if not isinstance(effect, Effect):
-        raise TypeError(f"effect must be an Effect (from paired, per_seed or correlation), got "
-                        f"{type(effect).__name__}")
+        raise TypeError(
+            f"effect must be an Effect (from paired, per_seed or correlation), got "
+            f"{type(effect).__name__}"
+        )
     minimal = check_number("minimal", minimal, 0.0, None)
     sign = 1.0 if effect.claimed == "higher" else -1.0
     lo, hi = sorted((sign * effect.low, sign * effect.high))

@@ -86,8 +86,9 @@ def claim(
         row: dict = {"claim": claim_id, "word": word}
         effect = verdict.effect if isinstance(verdict, Verdict) else None
         if effect is not None:
-            row.update(estimate=effect.estimate, low=effect.low, high=effect.high,
-                       seeds=effect.seeds)
+            row.update(
+                estimate=effect.estimate, low=effect.low, high=effect.high, seeds=effect.seeds
+            )
         with open(log, "a") as f:
             f.write(json.dumps(row) + "\n")
 
