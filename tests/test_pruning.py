@@ -418,7 +418,7 @@ def test_train_with_masks_bad_input():
         train_with_masks(models, masks, _sample(data), cfg, loss_fn=seq2seq_loss, seeds=3)
     with pytest.raises(ValueError, match=r"seeds\[1\]"):
         train_with_masks(models, masks, _sample(data), cfg, loss_fn=seq2seq_loss, seeds=[0, -1])
-    with pytest.raises(TypeError, match="cfg"):
+    with pytest.raises(TypeError, match="train_config must be a TrainConfig"):
         train_with_masks(models, masks, _sample(data), {"steps": 1}, **kw)
     with pytest.raises(TypeError, match="sample"):
         train_with_masks(models, masks, data, cfg, **kw)

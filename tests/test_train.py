@@ -101,7 +101,7 @@ def test_accuracy_and_loss_skip_ignored_positions():
 def test_bad_input():
     with pytest.raises(TypeError, match="model"):
         train("model", TASK.sample, TrainConfig())
-    with pytest.raises(TypeError, match="cfg"):
+    with pytest.raises(TypeError, match="train_config must be a TrainConfig"):
         train(_model(), TASK.sample, {"steps": 1})
     with pytest.raises(TypeError, match="sample"):
         train(_model(), None, TrainConfig())
@@ -242,17 +242,17 @@ def test_train_seeds_cache_loads_a_seed_instead_of_training_it(tmp_path, monkeyp
         ({"seeds": [0, 1.0]}, TypeError, r"seeds\[1\]"),
         ({"make": "EncoderModel"}, TypeError, "make must be callable"),
         ({"make": lambda seed: "model"}, TypeError, r"make\(0\) must return a torch.nn.Module"),
-        ({"cfg": {"steps": 1}}, TypeError, "cfg must be a TrainConfig"),
+        ({"train_config": {"steps": 1}}, TypeError, "train_config must be a TrainConfig"),
         ({"cache": "a b"}, ValueError, "cache="),
         ({"cache": 3}, ValueError, "cache="),
     ],
 )
 def test_train_seeds_bad_input_names_the_argument(kwargs, error, match, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
-    args = dict(seeds=[0], make=lambda seed: EncoderModel(CFG), cfg=TrainConfig(steps=1))
+    args = dict(seeds=[0], make=lambda seed: EncoderModel(CFG), train_config=TrainConfig(steps=1))
     args.update(kwargs)
     with pytest.raises(error, match=match):
-        train_seeds(args["seeds"], args["make"], TASK.sample, args["cfg"], device=CPU,
+        train_seeds(args["seeds"], args["make"], TASK.sample, args["train_config"], device=CPU,
                     cache=args.get("cache"))  # fmt: skip
     assert not list(tmp_path.iterdir())  # nothing was trained or cached
 

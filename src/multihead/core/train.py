@@ -2,8 +2,8 @@
 
 ``train`` is the one training loop of the package. ``train_seeds`` runs it once per seed,
 one seed after another: each seed gets its own start (``torch.manual_seed(seed)`` before
-the model is built) and its own batches (``cfg.seed = seed``), and so a replicate is exactly
-the model ``train`` gives for that seed alone.
+the model is built) and its own batches (``train_config.seed = seed``), and so a replicate is
+exactly the model ``train`` gives for that seed alone.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _to(batch: Batch, dev: torch.device) -> Batch:
 def train(
     model: nn.Module,
     sample: Sampler,
-    cfg: TrainConfig,
+    train_config: TrainConfig,
     *,
     loss_fn: LossFn = token_loss,
     evaluate: Callable[[nn.Module], dict] | None = None,
@@ -89,8 +89,8 @@ def train(
 ) -> History:
     """Train ``model`` with AdamW on batches from ``sample(batch_size, generator)``.
 
-    The generator is seeded from ``cfg.seed``, so the batches (and, on the CPU, the whole
-    run) are reproducible. ``evaluate(model)`` runs every ``cfg.eval_every`` steps and at
+    The generator is seeded from ``train_config.seed``, so the batches (and, on the CPU, the whole
+    run) are reproducible. ``evaluate(model)`` runs every ``train_config.eval_every`` steps and at
     the end, in eval mode; its dicts are kept in ``History.evals`` with the step added.
     ``on_step(model, step)`` runs before each step (0-based), e.g. to set a scheduled rate.
 
@@ -98,44 +98,46 @@ def train(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     if not callable(sample):
         raise TypeError("sample must be callable as sample(batch_size, generator)")
     if on_step is not None and not callable(on_step):
         raise TypeError("on_step must be callable as on_step(model, step) or None")
     dev = device or default_device()
     model.to(dev)
-    generator = torch.Generator().manual_seed(cfg.seed)
+    generator = torch.Generator().manual_seed(train_config.seed)
     # foreach: one fused update over all tensors; bitwise the same steps as the per-tensor
     # default on CPU, and faster for the many small tensors of our models.
     opt = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True
+        model.parameters(), lr=train_config.lr, weight_decay=train_config.weight_decay, foreach=True
     )
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / cfg.warmup) if cfg.warmup else 1.0
+        opt, lambda s: min(1.0, (s + 1) / train_config.warmup) if train_config.warmup else 1.0
     )
     history = History()
     start = time.perf_counter()
-    bar = progress_bar(range(cfg.steps), desc=desc, disable=not progress)
+    bar = progress_bar(range(train_config.steps), desc=desc, disable=not progress)
     for step in bar:
         model.train()
         if on_step is not None:
             on_step(model, step)
-        loss = loss_fn(model, _to(sample(cfg.batch_size, generator), dev))
+        loss = loss_fn(model, _to(sample(train_config.batch_size, generator), dev))
         if not isinstance(loss, Tensor) or loss.ndim != 0:
             raise TypeError(f"loss_fn must return a scalar tensor, got {type(loss).__name__}")
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
+        if train_config.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip, foreach=True)
         opt.step()
         sched.step()
         history.loss.append(loss.item())
         if step % 50 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
-        last = step == cfg.steps - 1
-        if evaluate is not None and (last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0)):
+        last = step == train_config.steps - 1
+        if evaluate is not None and (
+            last or (train_config.eval_every and (step + 1) % train_config.eval_every == 0)
+        ):
             model.eval()
             history.evals.append({"step": step + 1, **evaluate(model)})
     model.eval()
@@ -147,7 +149,7 @@ def train_seeds(
     seeds: Sequence[int],
     make: Callable[[int], nn.Module],
     sample: Sampler,
-    cfg: TrainConfig,
+    train_config: TrainConfig,
     *,
     loss_fn: LossFn = token_loss,
     evaluate: Callable[[nn.Module], dict] | None = None,
@@ -159,7 +161,7 @@ def train_seeds(
     key: object = None,
 ) -> tuple[list[nn.Module], list[History]]:
     """One model per seed: ``torch.manual_seed(seed)``, ``model = make(seed)``, then
-    ``train(model, sample, cfg with seed=seed, ...)``, seed after seed.
+    ``train(model, sample, train_config with seed=seed, ...)``, seed after seed.
 
     With ``cache`` (a short name such as ``"ch6_tagger"``) each seed's model is kept in the
     checkpoint cache (``cached_train``) under ``key`` and the seed's config: ``key`` must
@@ -174,8 +176,8 @@ def train_seeds(
     """
     seeds = check_seeds("seeds", seeds)
     check_callable("make", make, "make(seed) -> a new model")
-    if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     if cache is not None and (not isinstance(cache, str) or not cache.isidentifier()):
         raise ValueError(f"cache={cache!r} must be None or a short identifier such as 'ch6'")
     dev = device or default_device()
@@ -185,15 +187,15 @@ def train_seeds(
         model = make(seed)
         if not isinstance(model, nn.Module):
             raise TypeError(f"make({seed}) must return a torch.nn.Module, got {type(model)}")
-        seed_cfg = replace(cfg, seed=seed)
+        seed_config = replace(train_config, seed=seed)
 
-        def run(model: nn.Module = model, seed_cfg: TrainConfig = seed_cfg) -> History:
-            return train(model, sample, seed_cfg, loss_fn=loss_fn, evaluate=evaluate,
-                         device=dev, progress=progress, desc=f"{desc}, seed {seed_cfg.seed}",
+        def run(model: nn.Module = model, seed_config: TrainConfig = seed_config) -> History:
+            return train(model, sample, seed_config, loss_fn=loss_fn, evaluate=evaluate,
+                         device=dev, progress=progress, desc=f"{desc}, seed {seed_config.seed}",
                          on_step=on_step)  # fmt: skip
 
         histories.append(
-            run() if cache is None else cached_train(cache, model, (key, seed_cfg), run)
+            run() if cache is None else cached_train(cache, model, (key, seed_config), run)
         )
         models.append(model.to(dev).eval())
     return models, histories

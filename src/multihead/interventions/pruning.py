@@ -272,7 +272,7 @@ def train_with_masks(
     models: Sequence[nn.Module],
     masks: Sequence[Masks],
     sample: Callable[[int, torch.Generator], Batch],
-    cfg: TrainConfig,
+    train_config: TrainConfig,
     *,
     loss_fn: Callable[[nn.Module, Batch], Tensor],
     seeds: Sequence[int],
@@ -291,7 +291,8 @@ def train_with_masks(
 
     With ``cache`` (a short name), each trained model goes to the checkpoint cache
     (``core.train.cached_train``) under a key made of its starting weights, its mask, its
-    seed, ``cfg`` and the names of ``sample`` and ``loss_fn``; a model found there is loaded.
+    seed, ``train_config`` and the names of ``sample`` and ``loss_fn``; a model found there is
+    loaded.
 
     Shapes: masks[k] {path: (heads,)} of 0/1 -> (K models, K histories).
     """
@@ -304,8 +305,8 @@ def train_with_masks(
     if len(seeds) != len(models):
         raise ValueError(f"seeds must hold {len(models)} ints (one per model), got {len(seeds)}")
     seeds = [check_int(f"seeds[{k}]", s, 0) for k, s in enumerate(seeds)]
-    if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     check_callable("sample", sample, "sample(batch_size, generator)")
     check_callable("loss_fn", loss_fn, "loss_fn(model, batch) -> scalar loss")
     for k, (model, mask) in enumerate(zip(models, masks, strict=True)):
@@ -336,7 +337,7 @@ def train_with_masks(
                     if drop:
                         module.prune_heads(drop)
             torch.manual_seed(seed)  # dropout, if the model has any
-            history = train(work, sample, replace(cfg, seed=seed), loss_fn=loss_fn,
+            history = train(work, sample, replace(train_config, seed=seed), loss_fn=loss_fn,
                             progress=progress,
                             desc="masked model")  # fmt: skip
             _unslice(target, work.cpu(), mask, keep)
@@ -345,7 +346,7 @@ def train_with_masks(
         if cache is None:
             histories.append(run())
         else:
-            key = _masked_key(model, mask, seed, cfg, sample, loss_fn)
+            key = _masked_key(model, mask, seed, train_config, sample, loss_fn)
             histories.append(cached_train(cache, target, key, run))
         out.append(target)
     device = next(models[0].parameters()).device
@@ -391,11 +392,13 @@ def _unslice(target: nn.Module, trained: nn.Module, mask: Masks, keep: dict | No
     return target
 
 
-def _masked_key(model: nn.Module, mask: Masks, seed: int, cfg: TrainConfig, sample, loss_fn):
+def _masked_key(
+    model: nn.Module, mask: Masks, seed: int, train_config: TrainConfig, sample, loss_fn
+):
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
     kept = tuple((n, tuple(int(v) for v in t.tolist())) for n, t in sorted(mask.items()))
     what = (getattr(sample, "__qualname__", "?"), getattr(loss_fn, "__qualname__", "?"))
-    return ("masked", h.hexdigest()[:16], kept, seed, cfg, what)
+    return ("masked", h.hexdigest()[:16], kept, seed, train_config, what)

@@ -122,21 +122,21 @@ def _zipf(rng: random.Random, items: list[str] | tuple[str, ...], s: float) -> s
     return rng.choices(items, weights=[(r + 1) ** -s for r in range(len(items))])[0]
 
 
-def _noun_phrase(rng: random.Random, cfg: CorefConfig, rel: str, start: int):
+def _noun_phrase(rng: random.Random, config: CorefConfig, rel: str, start: int):
     """DET ADJ* NOUN of the second sentence at token ``start``: words, heads (absolute,
     the noun's left as -2 for the caller), rels, and the noun's position."""
-    number = "pl" if rng.random() < cfg.p_plural else "sg"
-    n_adj = rng.choices(range(3), weights=cfg.p_adjectives)[0]
+    number = "pl" if rng.random() < config.p_plural else "sg"
+    n_adj = rng.choices(range(3), weights=config.p_adjectives)[0]
     words = [rng.choice(DETERMINERS[number])] + [
-        _zipf(rng, ADJECTIVES, cfg.zipf) for _ in range(n_adj)
+        _zipf(rng, ADJECTIVES, config.zipf) for _ in range(n_adj)
     ]
     noun = start + len(words)
-    words.append(_zipf(rng, NOUNS, cfg.zipf) + ("s" if number == "pl" else ""))
+    words.append(_zipf(rng, NOUNS, config.zipf) + ("s" if number == "pl" else ""))
     rels = ["det"] + ["amod"] * n_adj + [rel]
     return words, [noun] * (len(words) - 1) + [-2], rels, noun
 
 
-def _second_sentence(rng: random.Random, cfg: CorefConfig, first: Sentence):
+def _second_sentence(rng: random.Random, config: CorefConfig, first: Sentence):
     """Words, heads, rels, POS (positions relative to the second sentence), the pronoun's
     position in it, the antecedent's position in ``first``, and the pronoun's kind."""
     root = first.heads.index(-1)
@@ -144,22 +144,22 @@ def _second_sentence(rng: random.Random, cfg: CorefConfig, first: Sentence):
     main = [(i, r) for i, (h, r) in enumerate(arcs) if h == root]
     subject = next(i for i, r in main if r == "nsubj")
     objects = [i for i, r in main if r == "dobj"]
-    kind = "object" if objects and rng.random() < cfg.p_object_pronoun else "subject"
+    kind = "object" if objects and rng.random() < config.p_object_pronoun else "subject"
     antecedent = objects[0] if kind == "object" else subject
     number = LEXICON[first.words[antecedent]][2]
     if kind == "subject":  # PRON VERB [DET ADJ* NOUN] .
-        transitive = rng.random() < cfg.p_transitive
-        lemma = _zipf(rng, TRANSITIVE if transitive else INTRANSITIVE, cfg.zipf)
+        transitive = rng.random() < config.p_transitive
+        lemma = _zipf(rng, TRANSITIVE if transitive else INTRANSITIVE, config.zipf)
         words = [SUBJECT_PRONOUN[number], lemma + ("s" if number == "sg" else "")]
         heads, rels = [1, -1], ["nsubj", "root"]
         if transitive:
-            w, h, r, _ = _noun_phrase(rng, cfg, "dobj", 2)
+            w, h, r, _ = _noun_phrase(rng, config, "dobj", 2)
             words, heads, rels = words + w, heads + [1 if x == -2 else x for x in h], rels + r
         pronoun, verb = 0, 1
     else:  # DET ADJ* NOUN VERB PRON .
-        w, h, r, noun = _noun_phrase(rng, cfg, "nsubj", 0)
+        w, h, r, noun = _noun_phrase(rng, config, "nsubj", 0)
         verb = len(w)
-        lemma = _zipf(rng, TRANSITIVE, cfg.zipf)
+        lemma = _zipf(rng, TRANSITIVE, config.zipf)
         words = w + [lemma + ("s" if LEXICON[w[-1]][2] == "sg" else ""), OBJECT_PRONOUN[number]]
         heads = [verb if x == -2 else x for x in h] + [-1, verb]
         rels = r + ["root", "dobj"]
@@ -201,13 +201,13 @@ def _translate_second(
     return tuple(out)
 
 
-def generate_item(rng: random.Random, cfg: CorefConfig) -> tuple[Sentence, Coref]:
+def generate_item(rng: random.Random, config: CorefConfig) -> tuple[Sentence, Coref]:
     """One two-sentence item and its gold coreference (no length limits).
 
     Shapes: none.
     """
-    first = generate_sentence(rng, cfg)
-    words2, heads2, rels2, pos2, p2, antecedent, kind = _second_sentence(rng, cfg, first)
+    first = generate_sentence(rng, config)
+    words2, heads2, rels2, pos2, p2, antecedent, kind = _second_sentence(rng, config, first)
     offset = len(first)
     number = LEXICON[first.words[antecedent]][2]
     cls = noun_class(first.words[antecedent])
@@ -253,16 +253,16 @@ def coref_corpus(
     if n < 10:
         raise ValueError(f"n={n} is too small for three splits; use n >= 10")
     check_int("seed", seed, 0)
-    cfg = CorefConfig() if config is None else config
-    if not isinstance(cfg, CorefConfig):
-        raise TypeError(f"config must be a CorefConfig, got {type(cfg).__name__}")
+    config = CorefConfig() if config is None else config
+    if not isinstance(config, CorefConfig):
+        raise TypeError(f"config must be a CorefConfig, got {type(config).__name__}")
     if len(fractions) != 3 or min(fractions) <= 0 or abs(sum(fractions) - 1) > 1e-9:
         raise ValueError(f"fractions={fractions} must be 3 positive numbers summing to 1")
     rng, seen, items, stalled = random.Random(seed), set(), [], 0
     while len(items) < n:
-        s, link = generate_item(rng, cfg)
-        first_len = link.antecedent < cfg.max_first and s.words.index(EOS) < cfg.max_first
-        fits = len(s) <= cfg.max_len and len(s.target) <= cfg.max_len
+        s, link = generate_item(rng, config)
+        first_len = link.antecedent < config.max_first and s.words.index(EOS) < config.max_first
+        fits = len(s) <= config.max_len and len(s.target) <= config.max_len
         if first_len and fits and s.words not in seen:
             seen.add(s.words)
             items.append((s, link))
@@ -293,7 +293,7 @@ def coref_corpus(
         src_vocab=(PAD, BOS, *src_words),
         tgt_vocab=(PAD, BOS, *tgt_words),
         seed=seed,
-        config=cfg,
+        config=config,
     )
     digest = hashlib.sha256(repr([s.words for s in ranked]).encode()).hexdigest()[:10]
     return CorefCorpus(corpus, {k: tuple(links[a:b]) for k, (a, b) in cuts.items()}, digest)

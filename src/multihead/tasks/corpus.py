@@ -152,13 +152,13 @@ def _choose(rng: random.Random, probs: tuple[float, ...]) -> int:
     return len(probs) - 1
 
 
-def _noun_phrase(b: _Builder, rng: random.Random, cfg: GrammarConfig, rel: str) -> list[int]:
+def _noun_phrase(b: _Builder, rng: random.Random, config: GrammarConfig, rel: str) -> list[int]:
     """Append DET ADJ* NOUN; return [noun index placeholder fix-ups] (det, adjs, noun)."""
-    number = "pl" if rng.random() < cfg.p_plural else "sg"
+    number = "pl" if rng.random() < config.p_plural else "sg"
     idx = [b.add(rng.choice(DETERMINERS[number]), -2, "det")]
-    for _ in range(_choose(rng, cfg.p_adjectives)):
-        idx.append(b.add(_zipf_choice(rng, ADJECTIVES, cfg.zipf), -2, "amod"))
-    noun = _zipf_choice(rng, NOUNS, cfg.zipf)
+    for _ in range(_choose(rng, config.p_adjectives)):
+        idx.append(b.add(_zipf_choice(rng, ADJECTIVES, config.zipf), -2, "amod"))
+    noun = _zipf_choice(rng, NOUNS, config.zipf)
     noun_i = b.add(noun + ("s" if number == "pl" else ""), -2, rel)
     for i in idx:
         b.heads[i] = noun_i
@@ -169,37 +169,37 @@ def _verb_form(lemma: str, subject_word: str) -> str:
     return lemma + ("s" if LEXICON[subject_word][2] == "sg" else "")
 
 
-def generate_sentence(rng: random.Random, cfg: GrammarConfig) -> Sentence:
+def generate_sentence(rng: random.Random, config: GrammarConfig) -> Sentence:
     """One sentence from the grammar (no length limits; see ``make_corpus``).
 
     Shapes: none (a ``Sentence`` of any length).
     """
     b = _Builder()
-    subj = _noun_phrase(b, rng, cfg, "nsubj")[0]
-    if cfg.relative_clauses and rng.random() < cfg.p_relative:
+    subj = _noun_phrase(b, rng, config, "nsubj")[0]
+    if config.relative_clauses and rng.random() < config.p_relative:
         that = b.add("that", -2, "mark")
-        transitive = rng.random() < cfg.p_transitive
-        lemma = _zipf_choice(rng, TRANSITIVE if transitive else INTRANSITIVE, cfg.zipf)
+        transitive = rng.random() < config.p_transitive
+        lemma = _zipf_choice(rng, TRANSITIVE if transitive else INTRANSITIVE, config.zipf)
         rel_verb = b.add(_verb_form(lemma, b.words[subj]), subj, "relcl")
         b.heads[that] = rel_verb
         if transitive:
-            b.heads[_noun_phrase(b, rng, cfg, "dobj")[0]] = rel_verb
+            b.heads[_noun_phrase(b, rng, config, "dobj")[0]] = rel_verb
     adverb = (
-        b.add(_zipf_choice(rng, ADVERBS, cfg.zipf), -2, "advmod")
-        if (rng.random() < cfg.p_adverb)
+        b.add(_zipf_choice(rng, ADVERBS, config.zipf), -2, "advmod")
+        if (rng.random() < config.p_adverb)
         else None
     )
-    transitive = rng.random() < cfg.p_transitive
-    lemma = _zipf_choice(rng, TRANSITIVE if transitive else INTRANSITIVE, cfg.zipf)
+    transitive = rng.random() < config.p_transitive
+    lemma = _zipf_choice(rng, TRANSITIVE if transitive else INTRANSITIVE, config.zipf)
     verb = b.add(_verb_form(lemma, b.words[subj]), -1, "root")
     b.heads[subj] = verb
     if adverb is not None:
         b.heads[adverb] = verb
     if transitive:
-        b.heads[_noun_phrase(b, rng, cfg, "dobj")[0]] = verb
-    for _ in range(_choose(rng, cfg.p_pps)):
-        prep = b.add(_zipf_choice(rng, PREPOSITIONS, cfg.zipf), verb, "prep")
-        b.heads[_noun_phrase(b, rng, cfg, "pobj")[0]] = prep
+        b.heads[_noun_phrase(b, rng, config, "dobj")[0]] = verb
+    for _ in range(_choose(rng, config.p_pps)):
+        prep = b.add(_zipf_choice(rng, PREPOSITIONS, config.zipf), verb, "prep")
+        b.heads[_noun_phrase(b, rng, config, "pobj")[0]] = prep
     b.add(EOS, verb, "punct")
     pos = tuple(LEXICON[w][0] for w in b.words)
     words, heads, rels = tuple(b.words), tuple(b.heads), tuple(b.rels)
@@ -242,9 +242,9 @@ def make_corpus(
     """
     check_positive_int("n", n)
     check_int("seed", seed, 0)
-    cfg = GrammarConfig() if config is None else config
-    if not isinstance(cfg, GrammarConfig):
-        raise TypeError(f"config must be a GrammarConfig, got {type(cfg).__name__}")
+    config = GrammarConfig() if config is None else config
+    if not isinstance(config, GrammarConfig):
+        raise TypeError(f"config must be a GrammarConfig, got {type(config).__name__}")
     if len(fractions) != 3 or min(fractions) <= 0 or abs(sum(fractions) - 1) > 1e-9:
         raise ValueError(f"fractions={fractions} must be 3 positive numbers summing to 1")
     if n < 10:
@@ -252,8 +252,8 @@ def make_corpus(
     rng, seen, sentences = random.Random(seed), set(), []
     stalled = 0  # draws since the last new sentence: give up when the grammar runs dry
     while len(sentences) < n:
-        s = generate_sentence(rng, cfg)
-        if cfg.min_len <= len(s) <= cfg.max_len and s.words not in seen:
+        s = generate_sentence(rng, config)
+        if config.min_len <= len(s) <= config.max_len and s.words not in seen:
             seen.add(s.words)
             sentences.append(s)
             stalled = 0
@@ -280,7 +280,7 @@ def make_corpus(
         src_vocab=(PAD, BOS, *src_words),
         tgt_vocab=(PAD, BOS, *tgt_words),
         seed=seed,
-        config=cfg,
+        config=config,
     )
 
 
