@@ -32,18 +32,20 @@ from multihead.core.runtime import device, is_fast, pick, seed_everything
 CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_mha_from_scratch": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics", "viz.glue",
-        "viz.claims", "viz.headview", "viz.plotting", "viz.widgets", "exercises",
+        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics",
+        "analysis.verdict", "viz.glue", "viz.claims", "viz.headview", "viz.plotting",
+        "viz.widgets", "exercises",
     ),
     "02_symmetry": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic",
+        "core.train", "tasks.synthetic", "analysis.verdict",
         "interventions.symmetry", "viz.claims", "viz.glue", "exercises",
     ),
     "03_low_rank_bottleneck": (
         "core.attention", "core.config", "core.hooks", "core.model", "core.progress",
         "core.runtime", "core.train", "tasks.synthetic",
-        "analysis.cost", "analysis.lowrank", "viz.claims", "viz.glue", "viz.widgets", "exercises",
+        "analysis.cost", "analysis.lowrank", "analysis.verdict", "viz.claims", "viz.glue",
+        "viz.widgets", "exercises",
     ),
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.runtime", "core.talking_heads",
