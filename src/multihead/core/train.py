@@ -104,13 +104,17 @@ def train(
         raise TypeError("sample must be callable as sample(batch_size, generator)")
     if on_step is not None and not callable(on_step):
         raise TypeError("on_step must be callable as on_step(model, step) or None")
-    dev = device or default_device()
+    dev = torch.device(device or default_device())
     model.to(dev)
     generator = torch.Generator().manual_seed(train_config.seed)
-    # foreach: one fused update over all tensors; bitwise the same steps as the per-tensor
-    # default on CPU, and faster for the many small tensors of our models.
+    # foreach: one update over all tensors at once; on the CPU bitwise the same steps as the
+    # per-tensor default and faster for our many small tensors (torch picks it on CUDA anyway).
+    foreach = True if dev.type in ("cpu", "cuda") else None
     opt = torch.optim.AdamW(
-        model.parameters(), lr=train_config.lr, weight_decay=train_config.weight_decay, foreach=True
+        model.parameters(),
+        lr=train_config.lr,
+        weight_decay=train_config.weight_decay,
+        foreach=foreach,
     )
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / train_config.warmup) if train_config.warmup else 1.0
@@ -128,7 +132,7 @@ def train(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if train_config.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip, foreach=True)
+            nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip, foreach=foreach)
         opt.step()
         sched.step()
         history.loss.append(loss.item())
@@ -180,7 +184,7 @@ def train_seeds(
         raise TypeError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     if cache is not None and (not isinstance(cache, str) or not cache.isidentifier()):
         raise ValueError(f"cache={cache!r} must be None or a short identifier such as 'ch6'")
-    dev = device or default_device()
+    dev = torch.device(device or default_device())
     models, histories = [], []
     for seed in seeds:
         torch.manual_seed(seed)
