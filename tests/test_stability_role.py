@@ -21,6 +21,9 @@ def test_describe_counts_the_same_word_and_names_the_others():
         "at 1 of 3 seed sets in fast mode (no clear effect at the book's seeds, 300)"
     )
     assert stability.describe("partly", {}) == "not swept yet"
+    assert stability.describe("partly", {"fast": {"100": "partly"}}) == (
+        "other seed sets not yet run in full mode; same word at 1 of 1 seed sets in fast mode"
+    )
 
 
 def test_every_claim_of_the_committed_notebooks_has_a_book_word():

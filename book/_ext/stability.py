@@ -50,6 +50,8 @@ def describe(book_word: str | None, modes: dict) -> str:
         if other:
             text += " (" + "; ".join(f"{w} at {', '.join(os)}" for w, os in other.items()) + ")"
         parts.append(text)
+    if parts and not any(o != "0" for o in modes.get("full", {})):
+        parts.insert(0, "other seed sets not yet run in full mode")
     return "; ".join(parts) if parts else "not swept yet"
 
 
