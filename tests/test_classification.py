@@ -113,6 +113,8 @@ def test_train_classifiers_scores_each_seed_as_alone_and_caches_each(corpus, tmp
                          loss_fn=classification_loss, progress=False)  # fmt: skip
         loss, accuracy = classifier_scores(alone, valid)
         assert (loss, accuracy) == (scores.final_loss[k].item(), scores.final_accuracy[k].item())
+        assert scores.examples()[k].shape == (len(valid),)  # each held-out sentence's loss
+        assert abs(scores.examples()[k].mean().item() - loss) < 1e-6
     assert scores.final_loss[0] != scores.final_loss[1]
     trained, real = [], core_train.train
 

@@ -38,6 +38,14 @@ def test_scores_equal_the_alone_runs_and_each_seed_is_cached(attention, tmp_path
             assert token_loss(alone, (x, y)).item() == out.final_loss[k].item()
             assert token_accuracy(alone(x), y) == out.final_accuracy[k].item()
     assert out.final_loss[0] != out.final_loss[1]
+    # each held-out sequence's loss: (evals, seeds, sequences), its mean over scored tokens
+    assert out.example_loss.shape == (2, 2, len(x)) and out.examples().shape == (2, len(x))
+    kept = (y != -100).sum(1)
+    pooled = (out.examples() * kept).sum(1) / kept.sum()
+    assert torch.allclose(pooled, out.final_loss, atol=1e-5)
+    assert torch.equal(out.examples(2), out.example_loss[0].double())
+    with pytest.raises(ValueError, match="step=3"):
+        out.examples(3)
     trained, real = [], core_train.train
 
     def counting(model, sample, cfg, **kwargs):

@@ -229,8 +229,11 @@ def train_classifiers(
     run_cfg = replace(train_config, eval_every=train_config.steps // evals)
 
     def evaluate(model: nn.Module) -> dict:
-        loss, accuracy = classifier_scores(model, valid_data)
-        return {"loss": loss, "accuracy": accuracy}
+        logits = classify(model, valid_data.src)
+        labels = valid_data.labels.to(logits.device)
+        per = F.cross_entropy(logits, labels, reduction="none")  # each sentence's, for verdicts
+        accuracy = (logits.argmax(-1) == labels).float().mean().item()
+        return {"loss": per.mean().item(), "accuracy": accuracy, "example_loss": per.tolist()}
 
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
     data_key = (tuple(train_data.src.shape), int(train_data.labels.sum()))

@@ -30,9 +30,11 @@ from multihead.core.train import IGNORE, History, token_accuracy, train_seeds
 class SeedScores:
     """Held-out scores of K seeds: ``loss`` and ``accuracy`` (evals, K) at ``steps`` (the
     last is the end of training); ``seconds``: wall time of the training runs (as
-    measured when it ran, also when loaded from the cache; the seeds' runs added up).
+    measured when it ran, also when loaded from the cache; the seeds' runs added up);
+    ``example_loss``: each held-out example's loss (evals, K, N), where the runs kept it,
+    for a verdict's interval over test examples (``analysis.verdict.paired``).
 
-    Shapes: loss, accuracy (evals, K).
+    Shapes: loss, accuracy (evals, K); example_loss (evals, K, N) or None.
     """
 
     seeds: tuple[int, ...]
@@ -40,6 +42,7 @@ class SeedScores:
     loss: Tensor
     accuracy: Tensor
     seconds: float
+    example_loss: Tensor | None = None
 
     @property
     def final_loss(self) -> Tensor:
@@ -67,8 +70,27 @@ class SeedScores:
                 [[e[name] for e in h.evals] for h in histories], dtype=torch.float64
             ).T
 
+        kept = all("example_loss" in e for h in histories for e in h.evals)
+        examples = (
+            torch.tensor([[e["example_loss"] for e in h.evals] for h in histories]).transpose(0, 1)
+            if kept
+            else None
+        )  # (evals, K, N)
         return cls(tuple(seeds), steps[0], table("loss"), table("accuracy"),
-                   sum(h.seconds for h in histories))  # fmt: skip
+                   sum(h.seconds for h in histories), examples)  # fmt: skip
+
+    def examples(self, step: int | None = None) -> Tensor:
+        """Each held-out example's loss at ``step`` (default: the end of training), one row
+        per seed: the table ``analysis.verdict.paired`` takes.
+
+        Shapes: -> (K, N).
+        """
+        if self.example_loss is None:
+            raise ValueError("these scores kept no per-example losses")
+        if step is not None and step not in self.steps:
+            raise ValueError(f"step={step!r} was not scored; the scored steps are {self.steps}")
+        i = len(self.steps) - 1 if step is None else self.steps.index(step)
+        return self.example_loss[i].to(torch.float64)
 
     def at(self, step: int) -> tuple[Tensor, Tensor]:
         """Held-out loss and accuracy at training step ``step`` (one of ``steps``).
@@ -142,7 +164,10 @@ def train_seed_scores(
         x, y = x_val.to(dev), y_val.to(dev)
         logits = model(x)  # (N, seq, classes)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
-        return {"loss": loss.item(), "accuracy": token_accuracy(logits, y)}
+        tokens = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE, reduction="none")
+        kept = (y != IGNORE).sum(1).clamp(min=1)  # (N,) scored tokens per sequence
+        return {"loss": loss.item(), "accuracy": token_accuracy(logits, y),
+                "example_loss": (tokens.sum(1) / kept).tolist()}  # fmt: skip
 
     key = ("seed-scores", repr(task), model_config, _fingerprint((x_val, y_val)))
     _, histories = train_seeds(
