@@ -154,3 +154,10 @@ def test_the_description_names_the_examples():
     assert "3 seeds x 20 test sentences" in e.describe()
     with pytest.raises(ValueError, match="example_name"):
         paired(a, a, claimed="higher", example_name="")
+
+
+def test_replicates_other_than_seeds_are_named_in_the_text():
+    e = per_seed([0.2, 0.3, 0.25], claimed="higher", seed_name="folds")
+    assert "3 folds" in e.describe() and "seeds" not in e.describe()
+    with pytest.raises(TypeError, match="seed_name"):
+        per_seed([0.2, 0.3, 0.25], claimed="higher", seed_name="")

@@ -122,11 +122,12 @@ class Effect:
     examples: int
     per_seed: tuple[float, ...] = field(default=())
     example_name: str = "examples"
+    seed_name: str = "seeds"
 
     def describe(self, fmt: str = "+.3f", unit: str = "") -> str:
         """``+0.012 (95% interval +0.004 to +0.020; 5 seeds x 971 tokens)``-style text."""
         u = f" {unit}" if unit else ""
-        scope = f"{self.seeds} seeds" + (
+        scope = f"{self.seeds} {self.seed_name}" + (
             f" x {self.examples} {self.example_name}" if self.examples else ""
         )
         text = (
@@ -274,16 +275,21 @@ def paired(
     return Effect(est, lo, hi, (0.0, 0.0), claimed, K, n, tuple(means.tolist()), example_name)
 
 
-def per_seed(values: object, *, claimed: str, null: object | None = None) -> Effect:
+def per_seed(
+    values: object, *, claimed: str, null: object | None = None, seed_name: str = "seeds"
+) -> Effect:
     """The effect measured once per seed: its mean over seeds with a t-interval.
 
     ``null``: optional samples of the *seed mean* of the same statistic under a permutation
     that breaks what the claim is about (see ``correlation``); its central 95% band is then
-    the reference instead of zero.
+    the reference instead of zero. ``seed_name``: what one replicate is, for the text
+    (``"folds"`` where the replicates are disjoint folds of the data of one model).
 
     Shapes: values (seeds,), null (draws,) -> Effect.
     """
     check_choice("claimed", claimed, ("higher", "lower"))
+    if not isinstance(seed_name, str) or not seed_name.strip():
+        raise TypeError(f"seed_name must be a non-empty str, got {seed_name!r}")
     v = _table("values", values)
     if v.ndim != 1:
         raise ValueError(f"values must be one number per seed (seeds,), got {tuple(v.shape)}")
@@ -297,7 +303,7 @@ def per_seed(values: object, *, claimed: str, null: object | None = None) -> Eff
     K = v.numel()
     est = float(v.mean())
     lo, hi = _interval(est, float(v.var()) / K, K - 1)
-    return Effect(est, lo, hi, reference, claimed, K, 0, tuple(v.tolist()))
+    return Effect(est, lo, hi, reference, claimed, K, 0, tuple(v.tolist()), seed_name=seed_name)
 
 
 def correlation(
@@ -309,6 +315,7 @@ def correlation(
     permutations: int = 200,
     within: int | None = None,
     seed: int = 0,
+    seed_name: str = "seeds",
 ) -> Effect:
     """A statistic of two measurements of the same units (e.g. the rank correlation of two
     head scores) per seed, judged against its permutation null: ``ys`` shuffled over the
@@ -342,7 +349,7 @@ def correlation(
                 shuffled = flat.gather(-1, idx).view_as(y)
             draws.append(float(statistic(x, shuffled)))
         null.append(sum(draws) / len(draws))
-    return per_seed(values, claimed=claimed, null=null)
+    return per_seed(values, claimed=claimed, null=null, seed_name=seed_name)
 
 
 def judge(effect: Effect, *, minimal: float = 0.0) -> Verdict:
