@@ -39,3 +39,16 @@ def test_the_sweep_file_gives_every_claim_three_other_fast_seed_sets():
     assert not missing, f"no fast-mode sweep at 3 other offsets for {missing}"
     stale = sorted(set(sweep) - set(words))
     assert not stale, f"the sweep file has claims no notebook makes: {stale}"
+
+
+def test_counts_tabulate_each_chapter_and_the_total_by_word():
+    words = {"ch1-a": "reproduced", "ch1-b": "proved and checked", "ch2-a": "reproduced",
+             "ch10-a": "no clear effect", "ch2-b": "contradicted"}  # fmt: skip
+    columns, rows = stability.counts(words)
+    assert columns == ["reproduced", "no clear effect", "contradicted", "proved and checked"]
+    assert rows == [
+        ("chapter 1", [1, 0, 0, 1]),
+        ("chapter 2", [1, 0, 1, 0]),
+        ("chapter 10", [0, 1, 0, 0]),
+        ("all chapters", [2, 1, 1, 1]),
+    ]

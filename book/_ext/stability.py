@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from docutils import nodes
+from docutils.parsers.rst import Directive
 
 VERDICTS = "book/_generated/verdicts.json"
 
@@ -71,6 +72,54 @@ def stability_role(name, rawtext, text, lineno, inliner, options=None, content=N
     return [nodes.Text(words)], []
 
 
+def counts(words: dict) -> tuple[list[str], list[tuple[str, list[int]]]]:
+    """The verdict words as columns, and per chapter (and in total) how many rows give each.
+
+    A word is a column if some claim gives it: the computed words first, in the order of
+    the rule, then the stated ones.
+    """
+    order = ["reproduced", "partly", "no clear effect", "contradicted", "proved and checked",
+             "not at this scale", "open"]  # fmt: skip
+    columns = [w for w in order if w in words.values()]
+    columns += sorted(set(words.values()) - set(columns))  # any older word still in use
+    chapters: dict[str, list[int]] = {}
+    for claim, word in sorted(words.items()):
+        row = chapters.setdefault(claim.split("-")[0], [0] * len(columns))
+        row[columns.index(word)] += 1
+    ordered = sorted(chapters.items(), key=lambda t: int(t[0][2:]))
+    total = [sum(r[i] for _, r in ordered) for i in range(len(columns))]
+    rows = [(f"chapter {ch[2:]}", r) for ch, r in ordered] + [("all chapters", total)]
+    return columns, rows
+
+
+class VerdictCounts(Directive):
+    """``{verdict-counts}``: a table of how many claims of each chapter get each word."""
+
+    def run(self):
+        env = self.state.document.settings.env
+        columns, rows = counts(_book_words(Path(env.srcdir)))
+        header = ["chapter", *columns, "claims"]
+        table = nodes.table()
+        group = nodes.tgroup(cols=len(header))
+        table += group
+        group.extend(nodes.colspec(colwidth=1) for _ in header)
+
+        def row(cells):
+            r = nodes.row()
+            for c in cells:
+                r += nodes.entry("", nodes.paragraph(text=str(c)))
+            return r
+
+        head, body = nodes.thead(), nodes.tbody()
+        head += row(header)
+        for name, values in rows:
+            body += row([name, *values, sum(values)])
+        group += head
+        group += body
+        return [table]
+
+
 def setup(app):
     app.add_role("stability", stability_role)
+    app.add_directive("verdict-counts", VerdictCounts)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1.0"}
