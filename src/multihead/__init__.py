@@ -50,7 +50,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "04_talking_heads": (
         "core.attention", "core.config", "core.hooks", "core.runtime", "core.talking_heads",
         "tasks.classification", "tasks.seed_scores", "tasks.synthetic", "analysis.lowrank",
-        "analysis.patternfit", "analysis.probing", "analysis.replicates", "viz.claims", "viz.glue",
+        "analysis.patternfit", "analysis.probing", "analysis.verdict", "viz.claims", "viz.glue",
         "exercises",
     ),
     "04b_transformer_primer": (
@@ -85,7 +85,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "core.runtime", "tasks.corpus", "analysis.metrics", "analysis.roles", "analysis.sinks",
         "pretrained.analysis", "pretrained.load", "pretrained.rarity", "pretrained.sinks",
         "pretrained.syntax", "viz.claims", "viz.glue", "viz.headview", "viz.plotting",
-        "tasks.coreference", "analysis.coreference", "analysis.replicates",
+        "tasks.coreference", "analysis.coreference", "analysis.verdict",
         "pretrained.coreference", "exercises",
     ),
 }  # fmt: skip
