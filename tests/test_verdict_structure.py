@@ -24,7 +24,6 @@ OLDER_RULES = {
     "05_head_roles",
     "06_head_diversity",
     "07_pruning",
-    "08_drophead",
     "09_pretrained_heads",
 }
 EMPIRICAL = set(WORDS) | set(OLDER)
