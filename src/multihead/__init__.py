@@ -77,9 +77,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "timing", "exercises",
     ),
     "08_drophead": (
-        "core.model", "core.progress", "core.runtime", "tasks.translation", "analysis.diversity",
-        "analysis.metrics", "interventions.ablation", "interventions.drophead",
-        "interventions.pruning", "viz.claims", "viz.glue", "exercises",
+        "core.model", "core.progress", "core.runtime", "tasks.corpus", "tasks.translation",
+        "analysis.diversity", "analysis.metrics", "analysis.verdict", "interventions.ablation",
+        "interventions.drophead", "interventions.pruning", "viz.claims", "viz.glue", "exercises",
     ),
     "09_pretrained_heads": (
         "core.runtime", "tasks.corpus", "analysis.metrics", "analysis.roles", "analysis.sinks",
