@@ -21,8 +21,6 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 # Still judged by the older per-chapter rules (their words come from seed ranges and signs).
 OLDER_RULES = {
     "04_talking_heads",
-    "05_head_roles",
-    "06_head_diversity",
     "07_pruning",
     "08_drophead",
     "09_pretrained_heads",
