@@ -102,10 +102,13 @@ def _ranks(t: Tensor) -> Tensor:
     order = t.argsort()
     r = torch.empty_like(t)
     r[order] = torch.arange(len(t), dtype=t.dtype)
-    for value in t.unique():  # average the ranks of tied values
-        tied = t == value
-        r[tied] = r[tied].mean()
-    return r
+    ordered = t[order]
+    if not bool((ordered[1:] == ordered[:-1]).any()):
+        return r  # no ties
+    values, inverse, counts = t.unique(return_inverse=True, return_counts=True)
+    # average the ranks of tied values: the sum of each value's ranks over its count
+    sums = torch.zeros(len(values), dtype=t.dtype).index_add_(0, inverse, r)
+    return (sums / counts)[inverse]
 
 
 def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
