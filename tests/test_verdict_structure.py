@@ -23,7 +23,6 @@ OLDER_RULES = {
     "04_talking_heads",
     "05_head_roles",
     "06_head_diversity",
-    "07_pruning",
     "08_drophead",
     "09_pretrained_heads",
 }
