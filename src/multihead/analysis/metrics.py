@@ -99,16 +99,23 @@ def argmax_credit(pattern: Tensor, target: Tensor, atol: float = 1e-6) -> Tensor
 def _ranks(t: Tensor) -> Tensor:
     """Ranks 0..n-1 of the flattened values, ties given their average rank."""
     t = t.flatten().double()
-    order = t.argsort()
-    r = torch.empty_like(t)
-    r[order] = torch.arange(len(t), dtype=t.dtype)
-    ordered = t[order]
-    if not bool((ordered[1:] == ordered[:-1]).any()):
-        return r  # no ties
-    values, inverse, counts = t.unique(return_inverse=True, return_counts=True)
-    # average the ranks of tied values: the sum of each value's ranks over its count
-    sums = torch.zeros(len(values), dtype=t.dtype).index_add_(0, inverse, r)
-    return (sums / counts)[inverse]
+    # each distinct value (sorted) takes the ranks end - count .. end - 1; ties share their mean
+    _, inverse, counts = torch.unique(t, return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).double()
+    return (ends - (counts.double() + 1) / 2)[inverse]
+
+
+def _centred_group_ranks(t: Tensor, label_of: Tensor, sizes: Tensor) -> Tensor:
+    """Ranks of ``t`` inside each group (``label_of``: 0..G-1), centred on their group's mean."""
+    # sorting the (group, value) pairs ranks each group's values in one block; the block's
+    # offset goes away with the centring
+    _, inverse, counts = torch.unique(
+        torch.stack([label_of.double(), t.double()], 1), dim=0, return_inverse=True,
+        return_counts=True,
+    )  # fmt: skip
+    r = (counts.cumsum(0).double() - (counts.double() + 1) / 2)[inverse]  # (n,)
+    means = torch.zeros(len(sizes), dtype=r.dtype).index_add_(0, label_of, r) / sizes
+    return r - means[label_of]
 
 
 def rank_correlation(x: Tensor, y: Tensor) -> Tensor:
@@ -155,17 +162,11 @@ def within_group_rank_correlation(x: Tensor, y: Tensor, groups: Tensor) -> Tenso
         )
     if groups.is_floating_point() or groups.is_complex() or groups.dtype == torch.bool:
         raise TypeError(f"groups must hold integer labels, got dtype {groups.dtype}")
-    cx, cy = [], []
-    for g in groups.unique():
-        inside = groups == g
-        if int(inside.sum()) < 2:
-            continue
-        for t, out in ((x[inside], cx), (y[inside], cy)):
-            r = _ranks(t)
-            out.append(r - r.mean())
-    if not cx:
+    labels, label_of, sizes = torch.unique(groups, return_inverse=True, return_counts=True)
+    if int(sizes.max()) < 2:
         raise ValueError("within_group_rank_correlation needs a group with at least 2 elements")
-    rx, ry = torch.cat(cx), torch.cat(cy)
+    # a group of one element has centred rank 0 and adds nothing: no need to skip it
+    rx, ry = (_centred_group_ranks(t, label_of, sizes) for t in (x, y))
     denom = rx.norm() * ry.norm()
     if denom == 0:
         return torch.tensor(float("nan"), dtype=torch.float64)
