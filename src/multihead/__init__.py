@@ -59,7 +59,7 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "05_head_roles": (
         "core.model", "core.runtime", "tasks.corpus", "tasks.translation", "analysis.metrics",
-        "tasks.coreference", "analysis.coreference", "analysis.replicates",
+        "tasks.coreference", "analysis.coreference", "analysis.replicates", "analysis.verdict",
         "analysis.probing", "analysis.roles", "interventions.ablation", "interventions.pruning",
         "interventions.relevance", "viz.claims", "viz.glue", "exercises", "viz.headview",
         "viz.plotting", "viz.roles", "viz.widgets",
@@ -67,12 +67,14 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "06_head_diversity": (
         "core.config", "core.hooks", "core.model", "core.runtime", "tasks.corpus",
         "tasks.tagging", "tasks.translation", "analysis.diversity", "analysis.metrics",
-        "analysis.roles", "interventions.ablation", "interventions.gradients", "viz.claims",
+        "analysis.roles", "analysis.verdict", "interventions.ablation", "interventions.gradients",
+        "viz.claims",
         "viz.glue", "exercises",
     ),
     "07_pruning": (
         "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.translation",
-        "analysis.metrics", "analysis.roles", "interventions.ablation", "interventions.gates",
+        "analysis.metrics", "analysis.roles", "analysis.verdict", "interventions.ablation",
+        "interventions.gates",
         "interventions.pruning", "viz.claims", "viz.glue", "viz.plotting", "viz.roles",
         "timing", "exercises",
     ),
