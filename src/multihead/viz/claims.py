@@ -31,8 +31,9 @@ from multihead.viz.glue import glue
 # Words given as words: a theorem's check, a claim our models cannot test, an open question.
 STATED = ("proved and checked", "not at this scale", "open")
 # Words of the older per-chapter rules, still given as words by the notebooks that use them.
+# The words of the retired per-chapter rules: no claim may give them any more.
 OLDER = ("mixed over seeds", "not reproduced")
-VERDICTS = (*STATED, *WORDS, *OLDER)
+VERDICTS = (*STATED, *WORDS)
 LOG_ENV = "MULTIHEAD_VERDICT_LOG"
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -67,8 +68,8 @@ def claim(
     if isinstance(verdict, Verdict):
         word = verdict.word
     elif isinstance(verdict, str) and verdict in VERDICTS:
-        # A word: STATED, or an older rule's (tests/test_verdict_structure.py lists the
-        # notebooks that must give every empirical verdict as a Verdict).
+        # A stated word (tests/test_verdict_structure.py fails a notebook that gives a
+        # computed word by hand).
         word = verdict
     else:
         raise ValueError(f"verdict must be a Verdict or one of {VERDICTS}, got {verdict!r}")
