@@ -3,7 +3,7 @@ in ``pyproject.toml``), for ``pytest`` and for ``pytest notebooks`` alike.
 
 Each worker runs one torch thread: the models are small, so one-thread workers on every core
 get more done than one worker with every thread. The notebook kernels nbval starts inherit
-the setting, and ``MULTIHEAD_BOOK_RUN`` (set below). The test suite's own settings (fast mode,
+the setting. The test suite's own settings (fast mode,
 the checkpoint cache) are in ``tests/conftest.py``.
 """
 
@@ -13,11 +13,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 
-# pytest here checks the book, `pytest notebooks` included: the readings the chapters make of
-# the book's run (asserts under `book_seeds()`) as well as the conclusions for any seeds.
-os.environ.setdefault("MULTIHEAD_BOOK_RUN", "1")
-
-import pytest  # noqa: E402
+import pytest
 
 # The order the work is handed out in (pytest-xdist gives each free worker the next group).
 # Longest first, so that no long notebook starts last and keeps one worker busy alone; and

@@ -59,27 +59,3 @@ def test_seeds_follow_the_mode_and_the_offset(monkeypatch):
     monkeypatch.delenv("MULTIHEAD_SEED_OFFSET")
     with pytest.raises(ValueError, match="fast"):
         runtime.seeds(fast=0)
-
-
-def test_book_seeds_only_without_an_offset_in_the_book_run(monkeypatch, capsys):
-    monkeypatch.setenv("MULTIHEAD_BOOK_RUN", "1")
-    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET", raising=False)
-    assert runtime.book_seeds()
-    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "0")
-    assert runtime.book_seeds()
-    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "100")
-    assert not runtime.book_seeds()
-    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "x")
-    with pytest.raises(ValueError, match="MULTIHEAD_SEED_OFFSET"):
-        runtime.book_seeds()
-    # A reader's own run of the book's seeds is another draw: the readings are not checked,
-    # and the first call says so, once.
-    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET")
-    monkeypatch.setattr(runtime, "_said_not_book_run", False)
-    for value in ("0", ""):
-        monkeypatch.setenv("MULTIHEAD_BOOK_RUN", value)
-        assert not runtime.book_seeds()
-    assert capsys.readouterr().out.count("MULTIHEAD_BOOK_RUN=1") == 1
-    monkeypatch.setenv("MULTIHEAD_BOOK_RUN", "maybe")
-    with pytest.raises(ValueError, match="MULTIHEAD_BOOK_RUN"):
-        runtime.book_seeds()

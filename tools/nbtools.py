@@ -131,7 +131,6 @@ def run(root: Path, paths: list[Path] | None = None, fast: bool = False) -> None
 
     os.environ["MULTIHEAD_FAST"] = "1" if fast else "0"
     os.environ["MULTIHEAD_PROGRESS"] = "off"  # a saved bar renders frozen in the book
-    os.environ.setdefault("MULTIHEAD_BOOK_RUN", "1")  # the book's outputs: check its readings
     # the book's outputs are made with one thread: the same draw on any number of cores and
     # whatever else runs (runtime.choose_threads), and the draw the test suite's workers make
     os.environ.setdefault("MULTIHEAD_THREADS", "1")

@@ -13,8 +13,7 @@ It prints one row per assert that failed at some offset (cell, line, source, fai
 how many held everywhere. It also records every claim's verdict at every offset (``claim``
 appends it to ``MULTIHEAD_VERDICT_LOG``); ``--verdicts FILE`` merges them into the file the
 claims page reads for its stability column (``book/_generated/verdicts.json``), so a
-full-mode sweep can run in parts. Asserts under ``if book_seeds():`` do not run at a non-zero
-offset, so they are counted at offset 0 only (the sweep sets ``MULTIHEAD_BOOK_RUN=1``). Offsets run
+full-mode sweep can run in parts. Offsets run
 side by side, one process per core, one torch thread each; the notebooks of one offset run in
 order in one process and share a checkpoint cache, so the models of notebook 05 are trained
 once for 06 and 07. Slow: a fast-mode offset costs
@@ -142,7 +141,6 @@ def run_offset(offset: int, paths: list[str], full: bool, folder: str) -> dict:
             "MULTIHEAD_FAST": "0" if full else "1",
             "MULTIHEAD_CACHE_DIR": str(cache),
             "MULTIHEAD_PROGRESS": "off",
-            "MULTIHEAD_BOOK_RUN": "1",  # at offset 0, the book's readings are recorded too
             "MPLBACKEND": "Agg",
         }
         nb = rewritten(path)

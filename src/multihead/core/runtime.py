@@ -30,7 +30,6 @@ T = TypeVar("T")
 
 FAST_ENV = "MULTIHEAD_FAST"
 SEED_ENV = "MULTIHEAD_SEED_OFFSET"
-BOOK_RUN_ENV = "MULTIHEAD_BOOK_RUN"
 THREADS_ENV = "MULTIHEAD_THREADS"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
@@ -105,46 +104,6 @@ def seed_offset() -> int:
     if offset < 0:
         raise ValueError(f"{SEED_ENV}={offset} must be a non-negative integer")
     return offset
-
-
-def book_seeds() -> bool:
-    """Whether this run checks the readings the book makes of its own run: the seeds the
-    text describes (no ``MULTIHEAD_SEED_OFFSET``, or 0) in a run that makes or tests the
-    book's outputs (``MULTIHEAD_BOOK_RUN=1``: the test suite and ``nbtools run`` set it).
-
-    A notebook asserts its chapter's conclusions on any seeds. Some verdicts sit within a
-    step of the seed noise (``"partly"`` against ``"mixed over seeds"``, say): the text reads
-    them off the book's run, and the notebook checks that reading only where this is true.
-    The same seeds on another CPU or on a GPU train other models (the arithmetic is summed in
-    another order, and training amplifies the difference), so a reader's own run is a new
-    draw: without ``MULTIHEAD_BOOK_RUN`` the readings are not asserted, and the first call
-    says so once.
-
-    Shapes: none (reads the environment).
-    """
-    global _said_not_book_run
-    if seed_offset() != 0:
-        return False
-    value = os.environ.get(BOOK_RUN_ENV, "").strip().lower()
-    if value in _TRUE:
-        return True
-    if value not in _FALSE:
-        raise ValueError(
-            f"{BOOK_RUN_ENV}={value!r} is not understood; use 1 (check the book's readings) "
-            "or 0 / unset"
-        )
-    if not _said_not_book_run:
-        _said_not_book_run = True
-        print(
-            "The book's seeds, in a run of your own: the notebook asserts the conclusions that "
-            "hold for any seeds; the readings the chapter makes of the book's run (marked "
-            "'on the book's seeds only') are checked where the book's outputs are made and "
-            f"tested, or here with {BOOK_RUN_ENV}=1."
-        )
-    return False
-
-
-_said_not_book_run = False
 
 
 def seeds(*, full: int = 5, fast: int = 3) -> list[int]:
