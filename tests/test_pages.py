@@ -4,27 +4,25 @@ A section is optional when its heading ends with " (optional)"; a `###` under an
 `##` is optional too. Everything else, including the text above the first `##`, is core.
 
 `reading_words` counts the words a reader reads in a chapter, in its core and its optional
-sections: the visible prose, headings, admonitions, theorems, exercises and figure captions.
-It leaves out fenced code, math blocks (`$$ ... $$` and `{math}` directives), directive
-lines and their option lines (`:class: ...`, `:name: ...`), HTML comments and the `(label)=`
-lines. A `{glue...}` or `{cite...}` role counts as one word, and another role (`{ref}`,
-`{doc}`, ...) as the words of its text. Collapsed blocks (a `dropdown` or `toggle` directive,
-or any directive with `:class: dropdown`) do not count at all: they are folded, so a reader
-who wants the core does not read them. A word is a run of non-space characters with at least
-one letter or digit, so table rules and bullets are not words.
+sections: the visible prose, headings, admonitions, theorems, exercises and figure captions. It
+leaves out fenced code, math blocks (`$$ ... $$` and `{math}` directives), directive lines and
+their option lines (`:class: ...`, `:name: ...`), HTML comments and the `(label)=` lines
+(``support.prose.visible``). A `{glue...}` or `{cite...}` role counts as one word, and another
+role (`{ref}`, `{doc}`, ...) as the words of its text. Collapsed blocks (a `dropdown` or
+`toggle` directive, or any directive with `:class: dropdown`) do not count at all: they are
+folded, so a reader who wants the core does not read them. A word is a run of non-space
+characters with at least one letter or digit, so table rules and bullets are not words.
 """
 
 import re
 from pathlib import Path
 
 import pytest
+from support.prose import visible
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 LONG_CHAPTERS = ["05_head_roles", "06_head_diversity", "07_pruning", "09_pretrained_heads"]
 CORE_WORDS_MAX = 4200  # about 45 minutes at 90 to 100 words a minute of technical reading
-
-FENCE = re.compile(r"^\s*(`{3,}|:{3,})\s*(?:\{([\w:-]+)\})?(.*)$")
-CODE = {None, "code", "code-block", "code-cell", "math"}
 
 
 def _words(line: str) -> int:
@@ -36,37 +34,12 @@ def _words(line: str) -> int:
 def reading_words(md: str) -> dict[str, int]:
     """Words a reader reads in the core and in the optional sections of a MyST page."""
     counts = {"core": 0, "optional": 0}
-    md = re.sub(r"<!--.*?-->", " ", md, flags=re.S)
-    lines, stack, in_math, part_opt, sect_opt = md.splitlines(), [], False, False, False
-    i = 0
-    while i < len(lines):
-        line, i = lines[i], i + 1
-        fence = FENCE.match(line)
-        if fence and not in_math:
-            mark, name, rest = fence.groups()
-            top = stack[-1][0] if stack else ""
-            if top[:1] == mark[0] and len(mark) >= len(top) and not name and not rest.strip():
-                stack.pop()  # the closing fence of the innermost block
-                continue
-            options = []
-            while i < len(lines) and re.match(r"\s*:[\w-]+:", lines[i]):
-                options.append(lines[i])
-                i += 1
-            folded = name in ("dropdown", "toggle") or any(
-                ":class:" in o and ("dropdown" in o or "toggle" in o) for o in options
-            )
-            hidden = folded or (mark[0] == "`" and name in CODE)
-            stack.append((mark, hidden or bool(stack and stack[-1][1])))
+    part_opt = sect_opt = False
+    prose = visible(re.sub(r"<!--.*?-->", " ", md, flags=re.S), keep_roles=True)
+    for line in prose.splitlines():
+        if re.match(r"\s*\([\w:-]+\)=\s*$", line):
             continue
-        if stack and stack[-1][1]:
-            continue
-        if line.strip().startswith("$$"):
-            if not (len(line.strip()) > 4 and line.strip().endswith("$$")):
-                in_math = not in_math
-            continue
-        if in_math or re.match(r"\s*\([\w:-]+\)=\s*$", line):
-            continue
-        heading = re.match(r"(#{2,3}) (.*)", line) if not stack else None
+        heading = re.match(r"(#{2,3}) (.*)", line)
         if heading:
             optional = heading.group(2).rstrip().endswith(" (optional)")
             if heading.group(1) == "##":

@@ -4,7 +4,8 @@
 fenced code, math blocks (``$$ ... $$`` and the ``math`` directive), the body of a collapsed
 block (a ``dropdown`` or ``toggle`` directive, any directive with ``:class: dropdown`` or
 ``toggle``, an HTML ``<details>`` element, which Jupyter and Colab fold too) with every block
-nested in it, and directive option lines. A ``{glue...}`` role becomes the word ``N``.
+nested in it, and directive option lines. A ``{glue...}`` role becomes the word ``N`` (unless
+``keep_roles``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ _FOLDING = ("dropdown", "toggle")
 _NOT_PROSE = ("", "code", "code-block", "code-cell", "math")
 
 
-def visible(md: str) -> str:
+def visible(md: str, keep_roles: bool = False) -> str:
     """The visible prose of the MyST text ``md`` (see the module docstring)."""
     if not isinstance(md, str):
         raise TypeError(f"md must be the text of a page, got {type(md).__name__}")
@@ -53,7 +54,7 @@ def visible(md: str) -> str:
         i += 1
     text = "\n".join(kept)
     text = re.sub(r"<details\b.*?</details>", " ", text, flags=re.S | re.I)
-    return re.sub(r"\{glue:?\w*\}`[^`]*`", " N ", text)
+    return text if keep_roles else re.sub(r"\{glue:?\w*\}`[^`]*`", " N ", text)
 
 
 def words(text: str) -> int:
