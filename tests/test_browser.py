@@ -8,6 +8,10 @@ fetches, and glued values; on the chapter-1 notebook page we click the head view
 screenshots go to ``_build/screenshots/`` (intro, a proof, the viewer; and MiniLM's viewer
 with its MDS panel) for people to look at.
 
+In the reader edition every page must fit the 1,280 px window: no display equation, code
+block (a notebook's code cells and outputs included) or table wider than its box, and no
+page that scrolls sideways. A failure names the page and the element's first characters.
+
 Skips, saying what is missing, where chromium, chromedriver or selenium are not installed
 (``.ci/run`` installs them).
 """
@@ -116,6 +120,32 @@ return {
     .filter(t => t.textContent.includes("instructor edition")).length,
   title: document.title,
 };
+"""
+
+
+# Every display equation, code block (cell inputs and outputs too) and table whose content is
+# wider than its box, and the page itself if it scrolls sideways. Printed tables in a cell's
+# output are measured like any output: outputs wrap (the book's CSS), so a printed table that
+# is too wide for the column shows up here rather than as a hidden scrollbar.
+TOO_WIDE = r"""
+const wide = [];
+const start = el => (el.textContent || "").replace(/\s+/g, " ").trim().slice(0, 50);
+const check = (kind, el) => {
+  if (el.scrollWidth > el.clientWidth + 1) {
+    wide.push(`${kind} ${el.scrollWidth} px in ${el.clientWidth} px: "${start(el)}"`);
+  }
+};
+document.querySelectorAll('mjx-container[display="true"]')
+  .forEach(el => check("display math", el));
+document.querySelectorAll("div.highlight pre, div.cell_output pre").forEach(el =>
+  check(el.closest("div.cell_output") ? "cell output" : "code", el));
+document.querySelectorAll("table")
+  .forEach(el => check("table", el.closest(".pst-scrollable-table-container") || el));
+const page = document.documentElement;
+if (page.scrollWidth > page.clientWidth + 1) {
+  wide.push(`the page scrolls sideways: ${page.scrollWidth} px in ${page.clientWidth} px`);
+}
+return wide;
 """
 
 
@@ -261,6 +291,7 @@ def test_rendered_pages(edition, site, browser):
             "missing_images",
             "external",
             "glue",
+            "too_wide",
         ),
         0,
     )
@@ -268,6 +299,7 @@ def test_rendered_pages(edition, site, browser):
     solutions = dropdowns = instructor = solution_titles = 0
     for page in pages:
         c = _open(browser, f"{prefix}/{page}")
+        too_wide = browser.execute_script(TOO_WIDE) if edition == "reader" else []
         n_text, n_fig = _glue_roles(page, edition)
         glue_bad = []
         if len(c["pasted_text"]) != n_text:
@@ -288,6 +320,8 @@ def test_rendered_pages(edition, site, browser):
             totals[key] += len(found)
             if found:
                 failures.append(f"{page}: {key}: {found[:3]}")
+        totals["too_wide"] += len(too_wide)
+        failures += [f"{page}: too wide at 1,280 px: {w}" for w in too_wide]
         solutions += c["solutions"]
         dropdowns += c["dropdown_solutions"]
         instructor += c["instructor_blocks"]
@@ -327,7 +361,8 @@ def test_rendered_pages(edition, site, browser):
         f"\n[browser] {edition} edition: {len(pages)} pages, {totals['typeset']} math nodes "
         f"typeset, {totals['unrendered_tex']} unrendered TeX, {totals['merror']} MathJax "
         f"errors, {totals['undefined_macros']} undefined macros, {totals['missing_images']} "
-        f"missing images, {totals['external']} external URLs, {totals['glue']} glue problems; "
+        f"missing images, {totals['external']} external URLs, {totals['glue']} glue problems, "
+        f"{totals['too_wide']} elements too wide; "
         f"solutions {solutions} "
         f"(dropdown {dropdowns}), instructor blocks {instructor}; {seconds:.0f} s"
     )
