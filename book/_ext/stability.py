@@ -99,7 +99,7 @@ class VerdictCounts(Directive):
         env = self.state.document.settings.env
         columns, rows = counts(_book_words(Path(env.srcdir)))
         header = ["chapter", *columns, "claims"]
-        table = nodes.table()
+        table = nodes.table(classes=["verdict-counts"])
         group = nodes.tgroup(cols=len(header))
         table += group
         group.extend(nodes.colspec(colwidth=1) for _ in header)
