@@ -14,17 +14,29 @@ from multihead.viz.claims import VERDICTS, glue_name
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "claims.md"
 GLUE = re.compile(r"\{glue:text\}`\.\./notebooks/([\w]+)\.ipynb::(claim_\w+_(verdict|evidence)):s`")
+# A row is | claim | source | verdict |. The claim cell: the id in small type, the claim, and
+# the evidence and the assert behind it folded into a <details> element.
+CLAIM = re.compile(
+    r'<span class="claim-id">(?P<id>[a-z0-9-]+)</span><br>(?P<claim>.+?) '
+    r"<details><summary>evidence</summary>(?P<evidence>\S+) <br>"
+    r"<em>Backed by</em>: (?P<backed>.+)</details>"
+)
 
 
 def _rows() -> list[tuple[str, str, list[str]]]:
-    """(chapter number, claim id, cells) for every table row of the page."""
+    """(chapter number, claim id, cells) for every table row of the page; the cells are
+    [id, claim, source, verdict, evidence, backed by], read from the three columns."""
     rows, chapter = [], None
     for line in PAGE.read_text().splitlines():
         if m := re.match(r"\(claims-ch(\d+)\)=", line):
             chapter = m.group(1)
-        if line.startswith("|") and not line.startswith(("| id ", "|---")):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows.append((chapter, cells[0].strip("`"), cells))
+        if line.startswith("|") and not line.startswith(("| claim |", "|---")):
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            assert len(cells) == 3, f"expected | claim | source | verdict |, got {line[:80]}"
+            m = CLAIM.fullmatch(cells[0])
+            assert m, f"claim cell not in the page's form: {cells[0][:120]}"
+            rows.append((chapter, m["id"], [m["id"], m["claim"], cells[1], cells[2],
+                                            m["evidence"], m["backed"]]))  # fmt: skip
     return rows
 
 
@@ -45,7 +57,8 @@ def test_every_row_pastes_its_verdict_and_evidence_from_glue():
     ids = [cid for _, cid, _ in rows]
     assert len(ids) == len(set(ids)), "a claim id appears twice on the claims page"
     for chapter, cid, cells in rows:
-        assert len(cells) == 6, f"row {cid}: expected 6 cells, got {len(cells)}"
+        assert len(cells) == 6, f"row {cid}: expected 6 fields, got {len(cells)}"
+        assert all(cells), f"row {cid}: an empty field"
         verdict, _, stability = cells[3].partition(" <br>")
         assert stability == f"{{stability}}`{cid}`", f"row {cid}: no stability under the verdict"
         for cell, field in ((verdict, "verdict"), (cells[4], "evidence")):
