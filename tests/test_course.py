@@ -135,15 +135,10 @@ def test_no_page_or_notebook_refers_readers_to_notes_they_do_not_have():
 # Notebooks whose title is still to be fixed, by the one editing them; remove each entry
 # when its notebook is done (01: "Notebook 1: Multi-head attention from scratch", 03:
 # "Notebook 3: The low-rank bottleneck").
-TITLE_XFAIL = {"01_mha_from_scratch", "03_low_rank_bottleneck"}
-
-
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_title_names_its_number_and_chapter(nb):
     """The first markdown cell's heading is "Notebook N: <the chapter's title>", N as in the
     file name (1, 2, ..., 4b, ...)."""
-    if nb.stem in TITLE_XFAIL:
-        pytest.xfail(f"{nb.name}: title not yet in the form 'Notebook N: <title>'")
     number = nb.stem.split("_")[0].lstrip("0")
     chapter = (ROOT / "book" / f"{nb.stem}.md").read_text()
     title = re.sub(r"^\d+\.\s+", "", re.search(r"^# (.+)$", chapter, re.M).group(1))
