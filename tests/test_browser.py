@@ -266,6 +266,22 @@ def _check_viewers(driver, prefix: str) -> None:
     _screenshot(driver, "viewer_minilm", "div.mhv")
 
 
+def _diagram_shots(driver, page: str) -> set[str]:
+    """Check that every drawn diagram (an SVG figure) on the open page loaded; screenshot it."""
+    names = set()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for img in driver.find_elements(By.CSS_SELECTOR, "figure img[src$='.svg']"):
+        name = Path(img.get_attribute("src")).stem
+        loaded = driver.execute_script("return arguments[0].naturalWidth", img)
+        assert loaded > 0, f"{page}: diagram {name} did not load"
+        driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", img)
+        driver.execute_script("window.scrollBy(0, -80);")
+        time.sleep(0.2)
+        driver.save_screenshot(str(SHOTS / f"diagram-{page.split('/')[-1][:-5]}-{name}.png"))
+        names.add(name)
+    return names
+
+
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_rendered_pages(edition, site, browser):
     start = time.perf_counter()
@@ -297,6 +313,7 @@ def test_rendered_pages(edition, site, browser):
     )
     failures = []
     solutions = dropdowns = instructor = solution_titles = 0
+    diagrams = set()  # every drawn diagram (an SVG figure) loads; one screenshot each
     for page in pages:
         c = _open(browser, f"{prefix}/{page}")
         too_wide = browser.execute_script(TOO_WIDE) if edition == "reader" else []
@@ -330,28 +347,15 @@ def test_rendered_pages(edition, site, browser):
             assert "edition)" not in c["title"], page
         else:
             assert f"({edition} edition)" in c["title"], page
+        if edition == "reader" and page.startswith("book/"):  # screenshots while it is open
+            if page == "book/intro.html":
+                _screenshot(browser, "intro")
+            if page == "book/01_mha_from_scratch.html":
+                _screenshot(browser, "proof", ".proof")
+            diagrams |= _diagram_shots(browser, page)
 
     if edition == "reader":
-        _open(browser, f"{prefix}/book/intro.html")
-        _screenshot(browser, "intro")
-        diagrams = set()  # every drawn diagram (an SVG figure) loads; one screenshot each
-        for page in (p for p in pages if p.startswith("book/")):
-            browser.get(f"{prefix}/{page}")
-            for img in browser.find_elements(By.CSS_SELECTOR, "figure img[src$='.svg']"):
-                name = Path(img.get_attribute("src")).stem
-                loaded = browser.execute_script("return arguments[0].naturalWidth", img)
-                assert loaded > 0, f"{page}: diagram {name} did not load"
-                browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", img)
-                browser.execute_script("window.scrollBy(0, -80);")
-                time.sleep(0.2)
-                browser.save_screenshot(
-                    str(SHOTS / f"diagram-{page.split('/')[-1][:-5]}-{name}.png")
-                )
-                diagrams.add(name)
         assert len(diagrams) == len(list((ROOT / "book" / "figures").glob("*.svg"))), diagrams
-        browser.get(f"{prefix}/book/01_mha_from_scratch.html")
-        browser.execute_async_script(WAIT_MATH)
-        _screenshot(browser, "proof", ".proof")
         state = _click_viewer(browser, f"{prefix}/notebooks/01_mha_from_scratch.html")
         _screenshot(browser, "viewer", "div.mhv")
         print(f"\n[browser] viewer state after clicks: {state}")
