@@ -196,11 +196,14 @@ _CPU = re.compile(r"""device\s*=\s*["']cpu["']|torch\.device\(\s*["']cpu["']\s*\
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebooks_do_not_pin_work_to_the_cpu(path):
     """Models and data follow `runtime.device()`; a line that puts work on the CPU on
-    purpose (an exact float64 check, say) says so with `# CPU on purpose`."""
+    purpose (an exact float64 check, say) says so with `# CPU on purpose`, at its end or on
+    a comment line just above it."""
     for i, cell in _code_cells(path):
-        for line in cell.source.splitlines():
+        lines = cell.source.splitlines()
+        for above, line in zip(["", *lines], [*lines, ""], strict=True):
             if re.search(r"""device\s*=\s*["']cpu["']|torch\.device\(\s*["']cpu["']""", line):
-                assert "CPU on purpose" in line, (
+                marked = above.lstrip().startswith("#") and "CPU on purpose" in above
+                assert marked or "CPU on purpose" in line, (
                     f"{path.name} cell {i}: `{line.strip()}` pins work to the CPU; use "
                     "runtime.device() (or mark the line `# CPU on purpose: <why>`)"
                 )
