@@ -20,7 +20,8 @@ def test_figures_have_one_panel_per_head():
     grid = plot_grid(_patterns(2, 4, 6, 6))
     assert len(grid.axes) == 8
     ax = plot_pattern(_patterns(4, 6), list("abcd"), list("uvwxyz"))
-    assert [t.get_text() for t in ax.get_yticklabels()] == list("abcd")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0:a", "1:b", "2:c", "3:d"]
+    assert ax.get_xticklabels()[5].get_text() == "5:z"  # position, then token
     plot_head_stat(torch.rand(2, 3), title="confidence")
     plt.close("all")
 

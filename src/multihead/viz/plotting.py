@@ -52,7 +52,8 @@ def plot_pattern(
         (1, key_tokens, ax.set_xticks),
     ):
         if toks is not None:
-            setter(range(len(toks)), labels=list(toks), fontsize=7)
+            # "position:token", so that a repeated token keeps its place
+            setter(range(len(toks)), labels=[f"{i}:{t}" for i, t in enumerate(toks)], fontsize=7)
             if axis == 1:
                 ax.tick_params(axis="x", labelrotation=90)
         else:
@@ -144,7 +145,7 @@ def plot_head_stat(
         _, ax = plt.subplots(figsize=(0.6 * v.shape[1] + 1.5, 0.5 * v.shape[0] + 1.0))
     im = ax.imshow(v, cmap=cmap, aspect="auto")
     for (i, j), x in np.ndenumerate(v):
-        ax.text(j, i, fmt.format(x), ha="center", va="center", fontsize=7, color="w")
+        ax.text(j, i, fmt.format(x), ha="center", va="center", fontsize=9, color="w")
     ax.set_xticks(range(v.shape[1]))
     ax.set_yticks(range(v.shape[0]))
     ax.set_xlabel("head")

@@ -48,7 +48,7 @@ def role_grid(
     ax.imshow(codes.numpy(), cmap=cmap, vmin=0, vmax=len(names) - 1)
     for i, row in enumerate(labels or []):
         for h, text in enumerate(row):
-            ax.text(h, i, text, ha="center", va="center", fontsize=7)
+            ax.text(h, i, text, ha="center", va="center", fontsize=9)
     ax.set_xticks(range(codes.shape[1]))
     ax.set_yticks(range(codes.shape[0]))
     ax.set_xlabel("head")
