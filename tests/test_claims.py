@@ -32,6 +32,10 @@ def test_spread():
     assert claims.spread([0.1, 0.3, 0.2]) == "0.200 (0.100 to 0.300, 3 seeds)"
     assert claims.spread([2.0], ".1f") == "2.0 (1 seed)"
     assert claims.spread([1, 2], ".0f", unit="fold") == "2 (1 to 2, 2 folds)"
+    assert claims.spread([0, 0, 0], "d") == "0 (0 to 0, 3 seeds)"
+    assert claims.spread([0.0, 3.0, 1.0, 3.0, 0.0], "d") == "1.4 (0 to 3, 5 seeds)"
+    with pytest.raises(ValueError, match="counts"):
+        claims.spread([0.5, 1], "d")
     with pytest.raises(TypeError, match="unit"):
         claims.spread([1, 2], unit="")
     with pytest.raises(ValueError, match="values"):
@@ -41,7 +45,7 @@ def test_spread():
     with pytest.raises(ValueError, match="finite"):
         claims.spread([float("nan")])
     with pytest.raises(ValueError, match="fmt"):
-        claims.spread([1.0], "d")
+        claims.spread([1.0], "x")
 
 
 def test_claim_with_a_verdict_adds_its_effect_and_logs_it(capsys, tmp_path, monkeypatch):

@@ -97,7 +97,9 @@ def claim(
 def spread(values: Sequence[float], fmt: str = ".3f", unit: str = "seed") -> str:
     """``"mean (min to max, n seeds)"`` of replicate values, e.g. ``0.312 (0.301 to 0.320,
     5 seeds)``; one value reads ``0.312 (1 seed)``. ``unit`` names a replicate when it is not
-    a seed (``"fold"``, ``"layer-seed pair"``); its plural adds an "s".
+    a seed (``"fold"``, ``"layer-seed pair"``); its plural adds an "s". ``fmt="d"`` is for
+    counts: the extremes print as integers and so does the mean when it is whole
+    (``"0 (0 to 0, 5 seeds)"``, ``"1.4 (0 to 3, 5 seeds)"``).
 
     Shapes: values (n,).
     """
@@ -113,10 +115,21 @@ def spread(values: Sequence[float], fmt: str = ".3f", unit: str = "seed") -> str
         raise ValueError(f"values must be finite, got {vals}")
     if not isinstance(fmt, str):
         raise TypeError(f"fmt must be a format spec str, got {type(fmt).__name__}")
+    if fmt == "d":
+        if not all(v.is_integer() for v in vals):
+            raise ValueError(f"fmt='d' is for counts, got {vals}")
+        whole = sum(vals) % len(vals) == 0
+        vals, fmt = [int(v) for v in vals], "d"
+        mean = f"{sum(vals) // len(vals)}" if whole else f"{sum(vals) / len(vals):.1f}"
+        return _spread_text(mean, vals, fmt, unit)
     try:
         mean = format(sum(vals) / len(vals), fmt)
     except ValueError:
         raise ValueError(f"fmt={fmt!r} is not a float format spec") from None
+    return _spread_text(mean, vals, fmt, unit)
+
+
+def _spread_text(mean: str, vals: list, fmt: str, unit: str) -> str:
     if not isinstance(unit, str) or not unit.strip():
         raise TypeError(f"unit must be a non-empty str such as 'fold', got {unit!r}")
     if len(vals) == 1:
