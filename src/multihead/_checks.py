@@ -219,3 +219,24 @@ def check_attention_inputs(
     if causal and q_len != k_len:
         raise ValueError(f"causal=True needs q_len == k_len, got {q_len} and {k_len}")
     return query, key, value
+
+
+def check_self_attention_inputs(
+    d_model: int, x: Any, key_padding_mask: Any, causal: Any, *, cached: bool
+) -> Tensor:
+    """Check the inputs of a self-attention layer of width ``d_model`` that may continue a
+    cache of past tokens (``cached``). Without a cache, a ``key_padding_mask`` that masks every
+    token of an example is an error (as in ``check_attention_inputs``); with one, the new
+    tokens may all be padding (left padding decoded token by token): the past decides.
+
+    Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq), True at padding.
+    """
+    x = check_tensor("x", x, ndim=3, layout="(batch, seq, d_model)")
+    if x.shape[2] != d_model:
+        raise ValueError(f"x has last dimension {x.shape[2]}, expected d_model={d_model}")
+    if key_padding_mask is not None:
+        check_bool_mask("key_padding_mask", key_padding_mask, x.shape[:2], "True at padding")
+        if not cached and key_padding_mask.all(dim=1).any():
+            raise ValueError("key_padding_mask masks every key of some example")
+    check_bool("causal", causal)
+    return x
