@@ -58,7 +58,7 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        """How many tokens the cache holds (0 when empty)."""
+        """How many tokens the cache holds (0 when empty). Shapes: none."""
         return next(iter(self.tensors.values())).shape[-2] if self.tensors else 0
 
     def append(self, key_padding_mask: Tensor | None = None, **new: Tensor) -> tuple[Tensor, ...]:
@@ -94,7 +94,7 @@ class KVCache:
         return tuple(self.tensors[name] for name in new)
 
     def nbytes(self) -> int:
-        """Bytes of the stored tensors (the padding mask is bookkeeping, not counted)."""
+        """Bytes of the stored tensors (not the padding mask). Shapes: none."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
     def __repr__(self) -> str:
@@ -125,7 +125,8 @@ def blocked_after(key_padding_mask: Tensor | None, causal: bool, q_len: int, k_l
 
 class CachedAttention(nn.Module):
     """What both layers share: the explicit path (hook points ``scores``, ``pattern``) or the
-    fused kernel, the head outputs ``z``, ``head_mask`` and ``W_O`` (and ``b_O``)."""
+    fused kernel, the head outputs ``z``, ``head_mask`` and ``W_O`` (and ``b_O``).
+    Shapes: see ``attend`` and ``write``."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, bias: bool) -> None:
         super().__init__()
@@ -161,7 +162,7 @@ class CachedAttention(nn.Module):
 
 
 def xavier_(W: Tensor, fan_in: int, fan_out: int) -> None:
-    """Xavier-uniform init in place, as if ``W`` were one ``nn.Linear(fan_in, fan_out)``."""
+    """Xavier-uniform init, as if ``W`` were one ``nn.Linear(fan_in, fan_out)``. Shapes: any."""
     bound = math.sqrt(6.0 / (fan_in + fan_out))
     nn.init.uniform_(W, -bound, bound)
 
