@@ -240,3 +240,30 @@ def my_causal_mask(n):
 def my_prenorm_block(layer, x):
     h = x + layer.attn(layer.norms[0](x))
     return h + layer.mlp(layer.norms[1](h))
+
+
+# --- chapter 10 -----------------------------------------------------------------------------
+
+
+def llama3_cache_bytes():
+    return 2 * 32 * 8 * 128 * 2 * 8192  # keys and values x layers x kv heads x d_head x bytes
+
+
+def group_kv(k, n_heads):
+    kv_heads = k.shape[1]
+    if n_heads % kv_heads:
+        raise ValueError(f"n_heads={n_heads} must be a multiple of {kv_heads} key/value heads")
+    return k.repeat_interleave(n_heads // kv_heads, dim=1)  # (batch, n_heads, seq, d_head)
+
+
+def online_step(mu, ell, o, s, v):
+    new_mu = torch.maximum(mu, s.max(dim=-1).values)  # (q,)
+    safe = torch.where(torch.isinf(new_mu), torch.zeros_like(new_mu), new_mu)
+    scale = torch.where(torch.isinf(mu), torch.zeros_like(mu), torch.exp(mu - safe))
+    w = torch.exp(s - safe[:, None])  # (q, tile); masked scores give 0
+    return new_mu, scale * ell + w.sum(-1), scale[:, None] * o + w @ v
+
+
+def absorbed_scores(x_query, W_Q, W_UK, latents):
+    q_tilde = x_query @ W_Q @ W_UK.T  # (q, d_latent): the absorbed queries
+    return q_tilde @ latents.T / math.sqrt(W_Q.shape[1])  # (q, n)

@@ -172,3 +172,26 @@ def test_bad_arguments_name_themselves():
         Decoder(VOCAB, MAX_LEN, 16, 2, 4, dropout=1.0)
     with pytest.raises(ValueError, match="bytes_per_value"):
         model.cache_bytes_per_token(0)
+
+
+def test_convert_decoder_pools_groups_and_is_exact_at_full_size():
+    from multihead.core.decoder import convert_decoder
+
+    torch.manual_seed(0)
+    model = Decoder(12, 10, 16, 2, 4).double().eval()
+    x = torch.randint(12, (2, 10))
+    assert torch.allclose(convert_decoder(model, 4)(x), model(x), atol=1e-12)
+    pooled = convert_decoder(model, 2, how="mean")
+    first = convert_decoder(model, 2, how="first")
+    W_K = model.layers[1].attn.W_K
+    assert torch.allclose(pooled.layers[1].attn.W_K, W_K.unflatten(0, (2, 2)).mean(1))
+    assert torch.equal(first.layers[1].attn.W_K, W_K[::2])
+    assert model.layers[1].attn.n_kv_heads == 4  # the original is untouched
+    with pytest.raises(ValueError, match="how"):
+        convert_decoder(model, 2, how="max")
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        convert_decoder(model, 3)
+    with pytest.raises(TypeError, match="latent"):
+        convert_decoder(Decoder(12, 10, 16, 1, 4, d_latent=4), 2)
+    with pytest.raises(TypeError, match="decoder"):
+        convert_decoder(model.layers[0], 2)

@@ -15,7 +15,7 @@ import multihead
 from multihead import exercises
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 TAG = re.compile(r"^\*[★☆]{3} · \d+ min\*$")
 HINT = "fill in the function body first"
 
@@ -117,8 +117,8 @@ def test_every_coding_exercise_has_a_tagged_and_titled_stub(notebook):
 
 
 def test_every_exercise_on_every_page_has_a_difficulty_and_time_tag():
-    pages = sorted((ROOT / "book").glob("0*.md"))
-    assert len(pages) == 10  # nine chapters and the primer
+    pages = sorted((ROOT / "book").glob("[0-9][0-9]*_*.md"))
+    assert len(pages) == 11  # ten chapters and the primer
     for page in pages:
         found = page_exercises(page)
         assert len(found) >= 3, page.name

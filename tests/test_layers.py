@@ -30,9 +30,6 @@ ALLOWED = {
 # rule.)
 SUPPORT = {"_checks", "tasks.lexicon", "exercises._common"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
-# chapter 10's modules (KV cache, GQA/MLA, the decoder, cache costs), until its notebook is in
-# CHAPTERS
-SUPPORT |= {"core.sharing", "core.decoder", "analysis.kvcost"}
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:

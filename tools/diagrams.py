@@ -26,6 +26,7 @@ from multihead._checks import check_int
 from multihead.core.attention import blocked
 from tools import chapter_pictures as pictures
 from tools import model_diagrams as model
+from tools import modern_pictures as modern
 from tools.drawing import (
     FONT,
     PALETTE,
@@ -186,11 +187,12 @@ CHAPTER_NODES = {
     "7": ("7", "Head importance\nand pruning", "IV"),
     "8": ("8", "DropHead", "IV"),
     "9": ("9", "The heads of a real\npretrained Transformer", "V"),
+    "10": ("10", "Sharing keys\nand values", "VI"),
 }
 # (earlier, later): the later chapter uses what the earlier one teaches
 CHAPTER_EDGES = [
     ("1", "2"), ("1", "3"), ("3", "4"), ("1", "P"), ("P", "5"), ("2", "6"), ("5", "6"),
-    ("5", "7"), ("6", "8"), ("7", "8"), ("5", "9"), ("6", "9"), ("7", "9"),
+    ("5", "7"), ("6", "8"), ("7", "8"), ("5", "9"), ("6", "9"), ("7", "9"), ("4", "10"),
 ]  # fmt: skip
 
 
@@ -202,7 +204,7 @@ def chapter_dependencies() -> Figure:
     pos = {
         "1": (3.9, 6.9), "2": (1.35, 5.4), "3": (3.9, 5.4), "P": (6.45, 5.4),
         "4": (3.9, 3.9), "5": (6.45, 3.9), "6": (1.35, 2.4), "7": (5.15, 2.4),
-        "8": (1.35, 0.9), "9": (6.45, 0.9),
+        "8": (1.35, 0.9), "9": (6.45, 0.9), "10": (3.9, 0.9),
     }  # fmt: skip
     parts = {
         "I": ("blue", "I. Mechanics"),
@@ -211,6 +213,7 @@ def chapter_dependencies() -> Figure:
         "III": ("green", "III. What heads do"),
         "IV": ("purple", "IV. Fewer heads"),
         "V": ("vermillion", "V. At scale"),
+        "VI": ("sky", "VI. Today's models"),
     }
     fig, ax = canvas(7.8, 8.6)
     w, h = 2.2, 0.95
@@ -250,6 +253,7 @@ DIAGRAMS: dict[str, Callable[[], Figure]] = {
     "hard_concrete.svg": model.hard_concrete,
     "chapter_dependencies.svg": chapter_dependencies,
     **pictures.PICTURES,
+    **modern.PICTURES,
 }
 
 

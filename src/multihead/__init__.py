@@ -90,6 +90,11 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "tasks.coreference", "analysis.coreference", "analysis.verdict",
         "pretrained.coreference", "exercises",
     ),
+    "10_kv_sharing": (
+        "core.attention", "core.config", "core.decoder", "core.model", "core.runtime",
+        "core.sharing", "core.train", "tasks.recall", "analysis.kvcost", "analysis.verdict",
+        "viz.claims", "viz.glue", "exercises",
+    ),
 }  # fmt: skip
 
 __all__ = [

@@ -14,12 +14,26 @@ answer is the one a forward pass over the whole sequence gives at those position
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 
-from multihead._checks import check_bool, check_int, check_positive_int, check_probability
+from multihead._checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_int,
+    check_probability,
+)
 from multihead.core.model import FeedForward, check_tokens, init_model
-from multihead.core.sharing import GroupedQueryAttention, KVCache, LatentAttention
+from multihead.core.sharing import (
+    GroupedQueryAttention,
+    KVCache,
+    LatentAttention,
+    gqa_as_mha,
+    mha_to_gqa,
+)
 
 
 class Block(nn.Module):
@@ -194,3 +208,24 @@ class Decoder(nn.Module):
         else:
             per_layer = 2 * attn.n_kv_heads * attn.d_head
         return len(self.layers) * per_layer * bytes_per_value
+
+
+@torch.no_grad()
+def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Decoder:
+    """A copy of a trained grouped-query ``decoder`` whose every layer has ``n_kv_heads``
+    key/value heads: each new head is the mean of the key/value heads of its group
+    (``how="mean"``, Ainslie et al. 2023) or the group's first (``how="first"``). Everything
+    else is copied; ``n_kv_heads`` must divide the query heads, and the conversion is exact
+    when it equals them.
+
+    Shapes: none (returns a model computing (batch, seq) -> (batch, seq, vocab_size)).
+    """
+    if not isinstance(decoder, Decoder):
+        raise TypeError(f"decoder must be a Decoder, got {type(decoder).__name__}")
+    check_choice("how", how, ("mean", "first"))
+    new = copy.deepcopy(decoder)
+    for layer in new.layers:
+        if not isinstance(layer.attn, GroupedQueryAttention):
+            raise TypeError("decoder must have grouped-query layers, not latent attention")
+        layer.attn = mha_to_gqa(gqa_as_mha(layer.attn), n_kv_heads, how=how)
+    return new

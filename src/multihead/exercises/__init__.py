@@ -47,6 +47,12 @@ from multihead.exercises.ch09 import (
     check_js_divergence,
     check_word_level,
 )
+from multihead.exercises.ch10 import (
+    check_absorbed_scores,
+    check_group_kv,
+    check_llama3_cache_bytes,
+    check_online_step,
+)
 from multihead.exercises.primer import (
     check_causal_mask,
     check_prenorm_block,
@@ -54,6 +60,7 @@ from multihead.exercises.primer import (
 )
 
 __all__ = [
+    "check_absorbed_scores",
     "check_attention",
     "check_bert_large_extra_params",
     "check_causal_mask",
@@ -62,16 +69,19 @@ __all__ = [
     "check_drophead_rescale",
     "check_expected_l0",
     "check_gate_variance",
+    "check_group_kv",
     "check_hard_concrete",
     "check_head_confidence",
     "check_invisible_mixing",
     "check_js_divergence",
     "check_layer_spread",
+    "check_llama3_cache_bytes",
     "check_logit_gap_bound",
     "check_mha_flops",
     "check_mha_module",
     "check_mha_parameter_count",
     "check_min_key_size",
+    "check_online_step",
     "check_positional_share",
     "check_post_mix",
     "check_prenorm_block",
