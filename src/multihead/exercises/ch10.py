@@ -118,9 +118,7 @@ def check_online_step(fn: Callable[..., tuple]) -> str:
     for start in range(0, n, tile):
         s, v = s_all[:, start : start + tile], v_all[start : start + tile]
         got = fn(mu.clone(), ell.clone(), o.clone(), s, v)
-        expect(
-            isinstance(got, tuple) and len(got) == 3, "return the tuple (mu, ell, o), updated"
-        )
+        expect(isinstance(got, tuple) and len(got) == 3, "return the tuple (mu, ell, o), updated")
         want = _online_step(mu, ell, o, s, v)
         if any(not torch.isfinite(t).all() for t in got[1:]):
             raise AssertionError(
