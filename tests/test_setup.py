@@ -212,7 +212,7 @@ def test_the_intro_readme_and_setup_cell_show_the_configured_url():
 
 
 def test_changing_the_url_in_config_changes_intro_readme_and_setup_cell(tmp_path):
-    new_url = "https://github.com/example/attention-course"
+    new_url = f"{_config_url()}-elsewhere"
     config = (ROOT / "_config.yml").read_text().replace(_config_url(), new_url)
     (tmp_path / "_config.yml").write_text(config)
     shutil.copy(DOCS["README"], tmp_path / "README.md")
