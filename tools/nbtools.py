@@ -5,13 +5,15 @@ Two commands, run from the repository root::
     python -m tools.nbtools sync          # write the setup cell into every notebook
     python -m tools.nbtools run [NB ...]  # re-execute notebooks in full mode, in place
 
-The repository URL lives in one place, ``repository.url`` in ``_config.yml``.
+The repository URL lives in one place, ``repository.url`` in ``_config.yml``; ``sync`` also
+writes it into the README's clone command (the book's intro fills it in when it is built).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -56,6 +58,23 @@ def repository_url(root: Path) -> str:
 def setup_source(root: Path) -> str:
     """The setup cell's source, filled in from ``_config.yml``."""
     return SETUP_TEMPLATE.format(url=repository_url(root))
+
+
+# The README's clone command: `git clone <https URL> ...`.
+README_CLONE = re.compile(r"(git clone )https://\S+")
+
+
+def sync_readme(root: Path) -> bool:
+    """Write the repository URL into the README's clone command; return whether it changed."""
+    path = Path(root) / "README.md"
+    if not path.exists():
+        return False
+    text = path.read_text()
+    url = repository_url(root)
+    new = README_CLONE.sub(lambda m: m.group(1) + url, text)
+    if new != text:
+        path.write_text(new)
+    return new != text
 
 
 def notebooks(root: Path) -> list[Path]:
@@ -166,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sync":
         for path in sync(args.root, paths):
             print(f"updated {path}")
+        if sync_readme(args.root):
+            print("updated README.md (clone command)")
     else:
         sync(args.root, paths)
         run(args.root, paths, fast=args.fast)
