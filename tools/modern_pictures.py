@@ -71,6 +71,58 @@ def ch10_layouts(n_heads: int = 8, groups: int = 2) -> Figure:
     return fig
 
 
-PICTURES: dict[str, Callable[[], Figure]] = {"ch10_layouts.svg": ch10_layouts}
+# ------------------------------------------------- chapter 11: the induction circuit
+def ch11_induction(tokens: tuple[str, ...] = ("A", "B", "C", "D", "A")) -> Figure:
+    """The two-head induction circuit on a short sequence whose last token repeats the first:
+    layer 0's previous-token head, layer 1's induction head, the predicted token.
 
-__all__ = ["PICTURES", "ch10_layouts"]
+    Shapes: none.
+    """
+    if (
+        not isinstance(tokens, tuple)
+        or len(tokens) < 3
+        or not all(isinstance(t, str) for t in tokens)
+    ):
+        raise TypeError(f"tokens must be a tuple of at least 3 strings, got {tokens!r}")
+    *body, last = tokens
+    if last not in body[:-1]:
+        raise ValueError(f"tokens={tokens}: the last token must repeat one before the second-last")
+    p = body.index(last)  # the earlier copy; the circuit attends to p + 1
+    n = len(tokens)
+    fig, ax = canvas(9.4, 4.4)
+    xs = [1.0 + 1.6 * i for i in range(n)]
+    y_tok, y0, y1 = 0.75, 1.95, 3.25
+    for i, (x, t) in enumerate(zip(xs, tokens, strict=True)):
+        box(ax, x, y_tok, 0.7, 0.5, t, "grey", FONT + 1, amount=0.12)
+        note(ax, x, y_tok - 0.45, f"position {i + 1}")
+        line(ax, [x, x], [y_tok + 0.25, y0 - 0.28], "grey", lw=0.8)
+        prev = f"after {tokens[i - 1]}" if i else "first"
+        box(ax, x, y0, 1.2, 0.5, prev, "sky", SMALL, amount=0.25)
+        if i in (p + 1, n - 1):  # the two positions layer 1 connects
+            line(ax, [x, x], [y0 + 0.25, y1 - 0.25], "grey", lw=0.8)
+    for i in range(1, n):  # layer 0: every position reads the one before it
+        ax.annotate("", xy=(xs[i - 1] + 0.35, y0 - 0.05), xytext=(xs[i] - 0.35, y0 - 0.05),
+                    arrowprops={"arrowstyle": "-|>", "color": PALETTE["blue"], "lw": 1.2,
+                                "connectionstyle": "arc3,rad=0.35"})  # fmt: skip
+    text(ax, xs[-1] + 0.95, y0, "layer 0:\nprevious-\ntoken head", SMALL, ha="left",
+         color=PALETTE["blue"])  # fmt: skip
+    box(ax, xs[-1], y1, 0.9, 0.5, "query", "orange", SMALL, amount=0.3)
+    target = xs[p + 1]
+    ax.annotate("", xy=(target, y1 + 0.3), xytext=(xs[-1], y1 + 0.3),
+                arrowprops={"arrowstyle": "-|>", "color": PALETTE["vermillion"], "lw": 1.8,
+                            "connectionstyle": "arc3,rad=0.25"})  # fmt: skip
+    text(ax, (target + xs[-1]) / 2, y1 + 0.95,
+         f"layer 1: induction head finds the position after {last}", SMALL + 0.5,
+         color=PALETTE["vermillion"])  # fmt: skip
+    box(ax, target, y1, 0.9, 0.5, "key", "orange", SMALL, amount=0.15)
+    text(ax, xs[-1] + 0.95, y1, f"predicts\n{tokens[p + 1]}", FONT, ha="left",
+         color=PALETTE["vermillion"])  # fmt: skip
+    return fig
+
+
+PICTURES: dict[str, Callable[[], Figure]] = {
+    "ch10_layouts.svg": ch10_layouts,
+    "ch11_induction.svg": ch11_induction,
+}
+
+__all__ = ["PICTURES", "ch10_layouts", "ch11_induction"]
