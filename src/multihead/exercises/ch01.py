@@ -7,10 +7,16 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from multihead.analysis import cost
+from multihead.core import attention, sharing, talking_heads
 from multihead.core.attention import MultiHeadAttention, attention_pattern, to_torch_multihead
 from multihead.core.hooks import run_with_cache
 from multihead.core.model import count_parameters
-from multihead.exercises._common import checker, ok, require_callable
+from multihead.exercises._common import checker, ok, refuse_reference, require_callable
+
+# The package's attention layers already answer this chapter's exercises: an answer must not
+# call into them.
+_ATTENTION = (attention, sharing, talking_heads)
 
 # A query whose every key is blocked reads nothing: its output row is zero (the course's
 # convention, see multihead._checks), not nan.
@@ -50,6 +56,7 @@ def check_attention(fn: Callable) -> str:
     Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, *_ATTENTION)
     gen = torch.Generator().manual_seed(1234)
     for q, k, v, mask, what in _attention_cases(gen):
         want = attention_pattern(q, k, mask) @ v
@@ -82,6 +89,7 @@ def check_mha_parameter_count(fn: Callable) -> str:
     Shapes: none.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, *_ATTENTION, count_parameters, cost)
     for d_model, h, d_k, d_v in (
         (64, 4, 16, 16),
         (128, 8, 32, 8),
@@ -115,6 +123,7 @@ def check_mha_flops(fn: Callable) -> str:
     Shapes: none.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, *_ATTENTION, cost)
     cases = ((64, 4, 16, 16, 10), (128, 8, 32, 8, 50), (96, 3, 7, 11, 33), (256, 8, 32, 32, 128))
     for d_model, h, d_k, d_v, n in cases:
         want = _measured_flops(d_model, h, d_k, d_v, n)
@@ -174,12 +183,14 @@ def check_mha_module(cls: Callable) -> str:
     Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq) -> (batch, seq, d_model).
     """
     require_callable("cls", cls)
+    build = refuse_reference(cls, *_ATTENTION)
     gen = torch.Generator().manual_seed(2024)
     for d_model, h, batch, n in ((8, 2, 3, 5), (12, 3, 2, 7), (16, 4, 4, 6)):
-        mine = cls(d_model, h)
+        mine = build(d_model, h)
         if not isinstance(mine, torch.nn.Module):
             raise AssertionError(f"cls(d_model, n_heads) must build an nn.Module, got {mine!r}")
         mine = mine.double()
+        run = refuse_reference(mine, *_ATTENTION)
         torch_layer = to_torch_multihead(_copy_into_reference(mine, d_model, h))
         x = torch.randn(batch, n, d_model, generator=gen, dtype=torch.float64)
         pad = torch.zeros(batch, n, dtype=torch.bool)
@@ -193,7 +204,7 @@ def check_mha_module(cls: Callable) -> str:
             (pad, True, "a key_padding_mask and causal=True"),
         ):
             kwargs = {"key_padding_mask": padding, "causal": causal}
-            got = mine(x, **{k: v for k, v in kwargs.items() if v is not None})
+            got = run(x, **{k: v for k, v in kwargs.items() if v is not None})
             want, _ = torch_layer(
                 x,
                 x,

@@ -6,9 +6,12 @@ from collections.abc import Callable
 
 import torch
 
+from multihead.analysis import cost, lowrank
 from multihead.analysis.cost import attention_cost
 from multihead.analysis.lowrank import column_softmax, min_key_size
-from multihead.exercises._common import checker, ok, require_callable
+from multihead.core import attention
+from multihead.core.model import count_parameters
+from multihead.exercises._common import checker, ok, refuse_reference, require_callable
 
 
 def _row_pattern(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
@@ -27,6 +30,7 @@ def check_realize_rows(fn: Callable) -> str:
     Shapes: X (n, d) with d >= n, P (n, n) -> W_Q (d, d_k), W_K (d, d_k), d_k >= n.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, lowrank)  # realize() is the same construction, in columns
     gen = torch.Generator().manual_seed(31)
     for n, d in ((3, 3), (5, 8), (8, 8), (6, 20)):
         X = torch.randn(n, d, generator=gen, dtype=torch.float64)
@@ -67,6 +71,7 @@ def check_min_key_size(fn: Callable) -> str:
     Shapes: P (n, n) -> int.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, lowrank)
     gen = torch.Generator().manual_seed(32)
     for n, r in ((5, 0), (5, 1), (6, 3), (8, 7), (9, 4)):
         L = torch.randn(n, r, generator=gen, dtype=torch.float64) @ torch.randn(
@@ -102,7 +107,7 @@ def check_bert_large_extra_params(answer: object) -> str:
     Shapes: none.
     """
     if callable(answer):
-        answer = answer()
+        answer = refuse_reference(answer, cost, attention, count_parameters)()
     per_layer = (
         attention_cost(1024, 16, 128, 64, seq_len=1)["params"]
         - attention_cost(1024, 16, 64, 64, seq_len=1)["params"]
