@@ -37,10 +37,11 @@ def _realize_hint(S: torch.Tensor, P: torch.Tensor, d_k: int) -> str:
     )
     scale = (
         "the head divides (X W_Q)(X W_K)^T by sqrt(d_k), so the target logits must be "
-        "sqrt(d_k) log(D0 P), not log P: your logits are log P / sqrt(d_k)"
+        "sqrt(d_k) log(D0 P), not log P"
     )
     if gives(S * root):
-        return f"the sqrt(d_k) is missing: {scale}"
+        missing = "your logits are log P / sqrt(d_k), up to a constant per row"
+        return f"the sqrt(d_k) is missing: {missing}; {scale}"
     if gives(S.T):
         return f"queries and keys are swapped: {swap}"
     if gives(S.T * root):
