@@ -18,6 +18,35 @@ def textbook_attention(q, k, v, mask=None):
     return scores.softmax(-1) @ v
 
 
+def test_check_attention_names_the_mask_mistakes():
+    """A padding mask moved onto the queries, and a mask of the opposite polarity."""
+
+    def pads_queries(q, k, v, mask=None):  # the key-padding row used as a column of queries
+        if mask is not None and mask.shape[-2] == 1:
+            mask = mask.transpose(-2, -1)
+        return textbook_attention(q, k, v, mask)
+
+    def pads_queries_where_it_fits(q, k, v, mask=None):  # no error, but nan on whole rows
+        if mask is not None and mask.shape[-2] == 1 and q.shape[-2] == k.shape[-2]:
+            mask = mask.transpose(-2, -1)
+        return textbook_attention(q, k, v, mask)
+
+    for wrong in (pads_queries, pads_queries_where_it_fits):
+        with pytest.raises(AssertionError, match=r"\(batch, 1, 1, key\)") as info:
+            ex.check_attention(wrong)
+        assert "every key is masked must read nothing" not in str(info.value)
+
+    def inverted(q, k, v, mask=None):  # True read as "may attend"
+        return textbook_attention(q, k, v, None if mask is None else ~mask)
+
+    def sdpa(q, k, v, mask=None):  # the fused kernel's opposite polarity
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    for wrong in (inverted, sdpa):
+        with pytest.raises(AssertionError, match="polarity is inverted"):
+            ex.check_attention(wrong)
+
+
 def test_check_attention():
     assert ex.check_attention(reference_attention).startswith("Correct")
 
@@ -110,6 +139,49 @@ def test_check_mha_module():
 
     for wrong, hint in ((IgnoresPadding, "padding"), (PadsQueries, "padding"), (NoScale, "sqrt")):
         with pytest.raises(AssertionError, match=hint):
+            ex.check_mha_module(wrong)
+
+    class BroadcastsOverQueries(MyMultiHeadAttention):  # (batch, 1, key, 1): nan, no empty row
+        def forward(self, x, key_padding_mask=None, causal=False):
+            if key_padding_mask is None:
+                return super().forward(x, causal=causal)
+            q = torch.einsum("bsd,hde->bhse", x, self.W_Q) + self.b_Q[:, None, :]
+            k = torch.einsum("bsd,hde->bhse", x, self.W_K) + self.b_K[:, None, :]
+            v = torch.einsum("bsd,hde->bhse", x, self.W_V) + self.b_V[:, None, :]
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+            scores = scores.masked_fill(key_padding_mask[:, None, :, None], float("-inf"))
+            z = scores.softmax(dim=-1) @ v
+            return torch.einsum("bhse,hed->bsd", z, self.W_O) + self.b_O
+
+    with pytest.raises(AssertionError, match=r"\(batch, 1, 1, key\)") as info:
+        ex.check_mha_module(BroadcastsOverQueries)
+    assert "every key is masked must read nothing" not in str(info.value)
+
+    class InvertsPadding(MyMultiHeadAttention):  # True read as "a real token"
+        def forward(self, x, key_padding_mask=None, causal=False):
+            pad = None if key_padding_mask is None else ~key_padding_mask
+            return super().forward(x, pad, causal)
+
+    class InvertsCausal(MyMultiHeadAttention):  # tril(): the keys a query may see, as blocked
+        def forward(self, x, key_padding_mask=None, causal=False):
+            out = super().forward(x, key_padding_mask)
+            if not causal:
+                return out
+            n = x.shape[1]
+            mask = torch.ones(n, n, dtype=torch.bool).tril()
+            if key_padding_mask is not None:
+                mask = mask | key_padding_mask[:, None, None, :]
+            q, k, v = (
+                torch.einsum("bsd,hde->bhse", x, W) + b[:, None, :]
+                for W, b in ((self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V))
+            )
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_head)).masked_fill(mask, -1e30)
+            empty = mask.all(dim=-1, keepdim=True)
+            z = scores.softmax(dim=-1).masked_fill(empty, 0.0) @ v
+            return torch.einsum("bhse,hed->bsd", z, self.W_O) + self.b_O
+
+    for wrong in (InvertsPadding, InvertsCausal):
+        with pytest.raises(AssertionError, match="polarity is inverted"):
             ex.check_mha_module(wrong)
 
     class Unwritten(torch.nn.Module):

@@ -2,20 +2,15 @@
 
 import math
 
+import exercise_answers as answers
 import pytest
 import torch
 
-from multihead.analysis.diversity import (
-    distinctness,
-    js_logit_bound,
-    logit_gap,
-    within_layer_spread,
-)
 from multihead.exercises import check_distinctness, check_layer_spread, check_logit_gap_bound
 
 
 def test_check_layer_spread():
-    assert check_layer_spread(lambda d: within_layer_spread(d)["mean"]).startswith("Correct")
+    assert check_layer_spread(answers.my_spread).startswith("Correct")
     with pytest.raises(AssertionError, match="diagonal"):
         check_layer_spread(lambda d: d.mean(dim=(1, 2)))
     with pytest.raises(AssertionError, match="shape"):
@@ -23,7 +18,7 @@ def test_check_layer_spread():
 
 
 def test_check_distinctness():
-    assert check_distinctness(distinctness).startswith("Correct")
+    assert check_distinctness(answers.my_distinctness).startswith("Correct")
     with pytest.raises(AssertionError, match="heads - 1"):
         check_distinctness(lambda d: d.mean(dim=2))
     with pytest.raises(AssertionError, match="torch.Tensor"):
@@ -31,14 +26,17 @@ def test_check_distinctness():
 
 
 def test_check_logit_gap_bound():
-    def reference(a, b):
-        return js_logit_bound(logit_gap(a, b))
+    def half_range(a, b):  # the weaker bound r / 2
+        return ((a - b).amax(-1) - (a - b).amin(-1)) / 2
 
-    assert check_logit_gap_bound(reference).startswith("Correct")
+    def range_of_a(a, b):  # the range of a alone, not of the difference
+        return math.log(2) - torch.log1p(torch.exp(-(a.amax(-1) - a.amin(-1))))
+
+    assert check_logit_gap_bound(answers.my_bound).startswith("Correct")
     with pytest.raises(AssertionError, match="weaker bound"):
-        check_logit_gap_bound(lambda a, b: logit_gap(a, b) / 2)
+        check_logit_gap_bound(half_range)
     with pytest.raises(AssertionError, match="difference"):
-        check_logit_gap_bound(lambda a, b: js_logit_bound(a.amax(-1) - a.amin(-1)))
+        check_logit_gap_bound(range_of_a)
     with pytest.raises(AssertionError):
         check_logit_gap_bound(lambda a, b: torch.full(a.shape[:-1], math.log(2)))
 

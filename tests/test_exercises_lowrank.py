@@ -45,10 +45,27 @@ def test_realize_rows_rejects_wrong_constructions() -> None:
         W_Q, W_K = realize_rows(X, P)
         return W_Q[:, :-1], W_K[:, :-1]
 
-    with pytest.raises(AssertionError, match="off by"):
-        check_realize_rows(no_scale)
-    with pytest.raises(AssertionError, match="queries index the rows"):
-        check_realize_rows(swapped)
+    def both(X, P):
+        return swapped(X, P)[0], no_scale(X, P)[0]  # swapped and without sqrt(d_k)
+
+    def twice(X, P):
+        W_Q, W_K = realize_rows(X, P)
+        return W_Q * math.sqrt(X.shape[0]), W_K  # multiplies by sqrt(d_k) once too often
+
+    hints = {}
+    for wrong, hint in (
+        (no_scale, r"off by .*; the sqrt\(d_k\) is missing"),
+        (swapped, "queries and keys are swapped: queries index the rows"),
+        (both, "two mistakes: the sqrt.* swap W_Q and W_K"),
+        (twice, "applied twice"),
+    ):
+        with pytest.raises(AssertionError, match=hint) as info:
+            check_realize_rows(wrong)
+        hints[wrong.__name__] = str(info.value).split("; ", 1)[1]
+        assert "right inverse" not in hints[wrong.__name__]  # not the whole recipe
+    assert len(set(hints.values())) == len(hints)  # four mistakes, four different hints
+    with pytest.raises(AssertionError, match="right inverse"):
+        check_realize_rows(lambda X, P: (torch.ones(X.shape[1], 3 * X.shape[0]),) * 2)
     with pytest.raises(AssertionError, match="d_k="):
         check_realize_rows(too_small)
     with pytest.raises(AssertionError, match="tuple"):

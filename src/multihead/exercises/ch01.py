@@ -7,10 +7,21 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from multihead.core.attention import MultiHeadAttention, attention_pattern, to_torch_multihead
+from multihead.analysis import cost
+from multihead.core import attention, sharing, talking_heads
+from multihead.core.attention import (
+    MultiHeadAttention,
+    attention_pattern,
+    blocked,
+    to_torch_multihead,
+)
 from multihead.core.hooks import run_with_cache
 from multihead.core.model import count_parameters
-from multihead.exercises._common import checker, ok, require_callable
+from multihead.exercises._common import checker, ok, refuse_reference, require_callable
+
+# The package's attention layers already answer this chapter's exercises: an answer must not
+# call into them.
+_ATTENTION = (attention, sharing, talking_heads)
 
 # A query whose every key is blocked reads nothing: its output row is zero (the course's
 # convention, see multihead._checks), not nan.
@@ -18,6 +29,47 @@ _EMPTY_ROW = (
     "a query whose every key is masked must read nothing: the course's convention is a zero "
     "output row there (softmax of a row of -inf is nan; set such rows of the pattern to 0)"
 )
+# nan where no query has every key blocked: the code blocked whole queries, the usual bug of
+# a padding mask broadcast along the query axis.
+_QUERY_BROADCAST = (
+    "no query of this mask has every key masked, so the nan comes from rows your code blocked "
+    "whole: a padding mask marks *keys*, so it must vary along the last axis and be the same "
+    "for every query: broadcast it as (batch, 1, 1, key), not as (batch, 1, key, 1) over the "
+    "queries"
+)
+_POLARITY = (
+    "the polarity is inverted: your output is attention under the opposite mask. Here True "
+    "marks what a query may NOT look at (the polarity of torch.nn.MultiheadAttention); "
+    "scaled_dot_product_attention's boolean mask means the opposite (True = may attend)"
+)
+
+
+def _same_but_nan(got: torch.Tensor, want: torch.Tensor, empty: torch.Tensor) -> bool:
+    """``got`` equals ``want`` except for nan in rows that ``empty`` marks (rows whose every
+    key is blocked: a textbook softmax gives nan there, the course's convention 0).
+
+    Shapes: got, want (..., query, d); empty broadcastable to (..., query).
+    """
+    nan_rows = torch.isnan(got).any(dim=-1)  # (..., query)
+    if (nan_rows & ~empty).any():
+        return False
+    close = (got.double() - want).abs() <= 1e-6
+    return bool((close | nan_rows[..., None]).all())
+
+
+def _mask_hint(got: torch.Tensor, inverted: list, has_empty_rows: bool) -> str:
+    """The hint for a wrong output under a mask: the inverted polarity if ``got`` is the output
+    under one of the ``inverted`` masks (pairs of that output and its rows with every key
+    blocked), else what its nan means, else an empty string.
+
+    Shapes: got (..., query, d); each pair (..., query, d) and (..., query).
+    """
+    for want, empty in inverted:
+        if _same_but_nan(got, want, empty):
+            return _POLARITY
+    if torch.isnan(got).any():
+        return _EMPTY_ROW if has_empty_rows else _QUERY_BROADCAST
+    return ""
 
 
 def _attention_cases(gen: torch.Generator):
@@ -50,19 +102,35 @@ def check_attention(fn: Callable) -> str:
     Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> (..., n_q, d_v).
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, *_ATTENTION)
     gen = torch.Generator().manual_seed(1234)
     for q, k, v, mask, what in _attention_cases(gen):
         want = attention_pattern(q, k, mask) @ v
-        got = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
+        try:
+            got = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
+        except RuntimeError as exc:  # most often a mask reshaped so that it no longer fits
+            if mask is None:
+                raise
+            raise AssertionError(
+                f"with {what} of shape {tuple(mask.shape)} and scores of shape "
+                f"{(*q.shape[:-1], k.shape[-2])} your function raised RuntimeError: {exc}. The "
+                "mask comes ready to broadcast against the scores, so use it as it is: a padding "
+                "mask marks keys and arrives as (..., 1, key), like (batch, 1, 1, key) with "
+                "heads, the same for every query; do not move it onto the query axis"
+            ) from exc
         if not isinstance(got, torch.Tensor):
             raise AssertionError(f"return a tensor, got {type(got).__name__}")
         if got.shape != want.shape:
             raise AssertionError(
                 f"with {what}: output shape {tuple(got.shape)}, expected {tuple(want.shape)}"
             )
-        if mask is not None and torch.isnan(got).any():
-            raise AssertionError(f"with {what}: your output has nan; {_EMPTY_ROW}")
         err = (got.double() - want).abs().max().item()
+        if mask is not None and (torch.isnan(got).any() or err > 1e-6):
+            inverted = [(attention_pattern(q, k, ~mask) @ v, (~mask).all(dim=-1))]
+            hint = _mask_hint(got, inverted, bool(mask.all(dim=-1).any()))
+            if hint:
+                nan = "your output has nan; " if hint != _POLARITY else ""
+                raise AssertionError(f"with {what}: {nan}{hint}")
         if err > 1e-6:
             if mask is None:
                 hint = "did you divide the scores by sqrt(d_k) and softmax over the keys?"
@@ -82,6 +150,7 @@ def check_mha_parameter_count(fn: Callable) -> str:
     Shapes: none.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, *_ATTENTION, count_parameters, cost)
     for d_model, h, d_k, d_v in (
         (64, 4, 16, 16),
         (128, 8, 32, 8),
@@ -115,6 +184,7 @@ def check_mha_flops(fn: Callable) -> str:
     Shapes: none.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, *_ATTENTION, cost)
     cases = ((64, 4, 16, 16, 10), (128, 8, 32, 8, 50), (96, 3, 7, 11, 33), (256, 8, 32, 32, 128))
     for d_model, h, d_k, d_v, n in cases:
         want = _measured_flops(d_model, h, d_k, d_v, n)
@@ -139,6 +209,26 @@ _MODULE_SHAPES = {
     "b_V": "(n_heads, d_head)",
     "b_O": "(d_model,)",
 }
+
+
+def _under_mask(ref: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The course's layer with the reader's weights under any ``mask`` (True = blocked),
+    for telling a wrong mask apart. Shapes: x (batch, seq, d_model), mask broadcastable to
+    (batch, heads, seq, seq) -> (batch, seq, d_model)."""
+    q, k, v = ref.project_qkv(x, x, x)  # (batch, heads, seq, d_head)
+    return ref.write(attention_pattern(q, k, mask) @ v)
+
+
+def _inverted_masks(pad: torch.Tensor | None, causal: bool, n: int) -> list[torch.Tensor]:
+    """The masks of the usual polarity mistakes: everything inverted, only the padding, or
+    only the causal part (tril used as the blocked keys). Shapes: -> (batch or 1, 1, n, n)."""
+    full = blocked(pad, causal, n, n, "cpu")
+    found = [~full]
+    if pad is not None and causal:
+        found.append(blocked(~pad, True, n, n, "cpu"))
+        found.append(blocked(pad, False, n, n, "cpu") | ~blocked(None, True, n, n, "cpu"))
+    found = [m if m.ndim == 4 else m[None, None] for m in found]  # (batch or 1, 1, q, k)
+    return [m.expand(m.shape[0], 1, n, n) for m in found]
 
 
 def _copy_into_reference(mine: torch.nn.Module, d_model: int, h: int) -> MultiHeadAttention:
@@ -174,13 +264,16 @@ def check_mha_module(cls: Callable) -> str:
     Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq) -> (batch, seq, d_model).
     """
     require_callable("cls", cls)
+    build = refuse_reference(cls, *_ATTENTION)
     gen = torch.Generator().manual_seed(2024)
     for d_model, h, batch, n in ((8, 2, 3, 5), (12, 3, 2, 7), (16, 4, 4, 6)):
-        mine = cls(d_model, h)
+        mine = build(d_model, h)
         if not isinstance(mine, torch.nn.Module):
             raise AssertionError(f"cls(d_model, n_heads) must build an nn.Module, got {mine!r}")
         mine = mine.double()
-        torch_layer = to_torch_multihead(_copy_into_reference(mine, d_model, h))
+        run = refuse_reference(mine, *_ATTENTION)
+        ref = _copy_into_reference(mine, d_model, h)
+        torch_layer = to_torch_multihead(ref)
         x = torch.randn(batch, n, d_model, generator=gen, dtype=torch.float64)
         pad = torch.zeros(batch, n, dtype=torch.bool)
         pad[0, -2:] = True  # right padding on example 0
@@ -193,7 +286,7 @@ def check_mha_module(cls: Callable) -> str:
             (pad, True, "a key_padding_mask and causal=True"),
         ):
             kwargs = {"key_padding_mask": padding, "causal": causal}
-            got = mine(x, **{k: v for k, v in kwargs.items() if v is not None})
+            got = run(x, **{k: v for k, v in kwargs.items() if v is not None})
             want, _ = torch_layer(
                 x,
                 x,
@@ -207,9 +300,19 @@ def check_mha_module(cls: Callable) -> str:
                 raise AssertionError(
                     f"with {what}: expected shape {tuple(want.shape)}, got {shape}"
                 )
+            err = (got - want).abs().max().item()
+            if (padding is not None or causal) and (torch.isnan(got).any() or err > 1e-8):
+                inverted = [
+                    (_under_mask(ref, x, m), m.all(dim=-1)[:, 0])  # (batch, seq, d), (batch, seq)
+                    for m in _inverted_masks(padding, causal, n)
+                ]
+                empty = blocked(padding, causal, n, n, "cpu").all(dim=-1).any()
+                hint = _mask_hint(got, inverted, bool(empty))
+                if hint:
+                    nan = "your output has nan; " if hint != _POLARITY else ""
+                    raise AssertionError(f"with {what}: {nan}{hint}")
             if torch.isnan(got).any():
                 raise AssertionError(f"with {what}: your output has nan; {_EMPTY_ROW}")
-            err = (got - want).abs().max().item()
             if err > 1e-8:
                 hint = {
                     "no mask": "split heads with view(batch, seq, heads, d_head).transpose(1, 2), "

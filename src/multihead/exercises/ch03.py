@@ -6,15 +6,53 @@ from collections.abc import Callable
 
 import torch
 
+from multihead.analysis import cost, lowrank
 from multihead.analysis.cost import attention_cost
 from multihead.analysis.lowrank import column_softmax, min_key_size
-from multihead.exercises._common import checker, ok, require_callable
+from multihead.core import attention
+from multihead.core.model import count_parameters
+from multihead.exercises._common import checker, ok, refuse_reference, require_callable
 
 
-def _row_pattern(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
-    """Row convention: tokens are rows of X (n, d); pattern (query, key), rows sum to 1."""
+def _row_logits(X: torch.Tensor, W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
+    """Row convention: tokens are rows of X (n, d); the head's scaled logits (query, key)."""
     d_k = W_Q.shape[-1]
-    return ((X @ W_Q) @ (X @ W_K).T / d_k**0.5).softmax(dim=-1)
+    return (X @ W_Q) @ (X @ W_K).T / d_k**0.5
+
+
+def _realize_hint(S: torch.Tensor, P: torch.Tensor, d_k: int) -> str:
+    """Name the mistake behind logits ``S`` that miss the target ``P``: a missing or doubled
+    sqrt(d_k), queries and keys swapped, or both; else recite the construction.
+
+    Shapes: S (query, key), P (query, key) -> hint.
+    """
+
+    def gives(logits: torch.Tensor) -> bool:
+        return (logits.softmax(dim=-1) - P).abs().max().item() <= 1e-8
+
+    root = d_k**0.5
+    swap = (
+        "queries index the rows of P and keys its columns, so (X W_Q)(X W_K)^T must be the "
+        "target logits themselves, not their transpose: swap W_Q and W_K"
+    )
+    scale = (
+        "the head divides (X W_Q)(X W_K)^T by sqrt(d_k), so the target logits must be "
+        "sqrt(d_k) log(D0 P), not log P"
+    )
+    if gives(S * root):
+        missing = "your logits are log P / sqrt(d_k), up to a constant per row"
+        return f"the sqrt(d_k) is missing: {missing}; {scale}"
+    if gives(S.T):
+        return f"queries and keys are swapped: {swap}"
+    if gives(S.T * root):
+        return f"two mistakes: the sqrt(d_k) is missing ({scale}), and {swap}"
+    if gives(S / root):
+        return "sqrt(d_k) is applied twice: the target logits are sqrt(d_k) log(D0 P), once"
+    return (
+        "use the right inverse X^T (X X^T)^{-1} of the row matrix X and target "
+        "logits sqrt(d_k) log(D0 P) (queries index the rows, keys the columns; "
+        "the sqrt(d_k) must cancel)"
+    )
 
 
 @checker
@@ -27,6 +65,7 @@ def check_realize_rows(fn: Callable) -> str:
     Shapes: X (n, d) with d >= n, P (n, n) -> W_Q (d, d_k), W_K (d, d_k), d_k >= n.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, lowrank)  # realize() is the same construction, in columns
     gen = torch.Generator().manual_seed(31)
     for n, d in ((3, 3), (5, 8), (8, 8), (6, 20)):
         X = torch.randn(n, d, generator=gen, dtype=torch.float64)
@@ -46,14 +85,10 @@ def check_realize_rows(fn: Callable) -> str:
             raise AssertionError(
                 f"d_k={W_Q.shape[1]} < n={n}: the expressivity theorem needs d_k >= n"
             )
-        A = _row_pattern(X, W_Q.double(), W_K.double())
-        err = (A - P).abs().max().item()
+        S = _row_logits(X, W_Q.double(), W_K.double())
+        err = (S.softmax(dim=-1) - P).abs().max().item()
         if err > 1e-8:
-            hint = (
-                "use the right inverse X^T (X X^T)^{-1} of the row matrix X and target "
-                "logits sqrt(d_k) log(D0 P) (queries index the rows, keys the columns; "
-                "the sqrt(d_k) must cancel)"
-            )
+            hint = _realize_hint(S, P, W_Q.shape[1])
             raise AssertionError(f"for n={n}, d={d} the pattern is off by {err:.2e}; {hint}")
     return ok("your weights reproduce every row-stochastic target exactly.")
 
@@ -67,6 +102,7 @@ def check_min_key_size(fn: Callable) -> str:
     Shapes: P (n, n) -> int.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, lowrank)
     gen = torch.Generator().manual_seed(32)
     for n, r in ((5, 0), (5, 1), (6, 3), (8, 7), (9, 4)):
         L = torch.randn(n, r, generator=gen, dtype=torch.float64) @ torch.randn(
@@ -102,7 +138,7 @@ def check_bert_large_extra_params(answer: object) -> str:
     Shapes: none.
     """
     if callable(answer):
-        answer = answer()
+        answer = refuse_reference(answer, cost, attention, count_parameters)()
     per_layer = (
         attention_cost(1024, 16, 128, 64, seq_len=1)["params"]
         - attention_cost(1024, 16, 64, 64, seq_len=1)["params"]

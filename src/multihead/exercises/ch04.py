@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import torch
 
+from multihead.core import talking_heads
 from multihead.core.talking_heads import TalkingHeadsAttention
-from multihead.exercises._common import checker, ok, require_callable
+from multihead.exercises._common import checker, ok, refuse_reference, require_callable
 
 
 @checker
@@ -17,6 +18,7 @@ def check_post_mix(fn: Callable) -> str:
     Shapes: pattern (batch, h, query, key), P_w (h, h_v) -> (batch, h_v, query, key).
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, talking_heads)  # TalkingHeadsAttention.mix is the answer
     gen = torch.Generator().manual_seed(41)
     for h, h_v in ((3, 3), (4, 2), (2, 5)):
         pattern = torch.randn(2, h, 5, 6, generator=gen, dtype=torch.float64).softmax(-1)

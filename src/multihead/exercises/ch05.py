@@ -7,8 +7,15 @@ from collections.abc import Callable
 import torch
 
 from multihead.analysis.metrics import head_confidence
-from multihead.analysis.roles import syntactic
-from multihead.exercises._common import checker, expect, ok, random_patterns, require_callable
+from multihead.analysis.roles import confidence, syntactic
+from multihead.exercises._common import (
+    checker,
+    expect,
+    ok,
+    random_patterns,
+    refuse_reference,
+    require_callable,
+)
 
 
 @checker
@@ -16,6 +23,7 @@ def check_head_confidence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     """Check ``fn(pattern, query_mask) -> (heads,)``: the mean over the selected queries of
     each head's largest attention weight (Voita et al.'s confidence)."""
     require_callable("fn", fn)
+    fn = refuse_reference(fn, head_confidence, confidence)
     for seed in range(3):
         p = random_patterns(seed)
         mask = torch.ones(p.shape[0], p.shape[2], dtype=torch.bool)
@@ -86,7 +94,8 @@ def check_subject_head(
 ) -> str:
     """Check that ``answer = (layer, head)`` is the encoder head whose largest weight most
     often lands on the subject when the query is the verb (nsubj, head->dep). ``answer`` may
-    also be a function ``answer(pattern, gold) -> (layer, head)``."""
+    also be a function ``answer(pattern, gold) -> (layer, head)``, which may use the package's
+    analysis: applying ``multihead.analysis.roles.syntactic`` is the exercise."""
     if callable(answer):
         answer = answer(pattern, gold)
     acc = syntactic(pattern, gold, "nsubj", "head->dep")["accuracy"]  # (layers, heads)

@@ -6,13 +6,15 @@ from collections.abc import Callable
 
 import torch
 
+from multihead.analysis import diversity
 from multihead.analysis.diversity import (
     distinctness,
     js_logit_bound,
     logit_gap,
     within_layer_spread,
 )
-from multihead.exercises._common import checker, expect, ok, require_callable
+from multihead.analysis.metrics import group_spread
+from multihead.exercises._common import checker, expect, ok, refuse_reference, require_callable
 
 
 def _random_distances(seed: int, layers: int = 3, heads: int = 5) -> torch.Tensor:
@@ -36,6 +38,7 @@ def check_layer_spread(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(distances) -> (layers,)``: the mean distance over the pairs of *different*
     heads of each layer, for ``distances`` shaped ``(layers, heads, heads)``."""
     require_callable("fn", fn)
+    fn = refuse_reference(fn, diversity, group_spread)
     for seed, heads in ((0, 5), (1, 2), (2, 8)):
         d = _random_distances(seed, heads=heads)
         want = within_layer_spread(d)["mean"]
@@ -56,6 +59,7 @@ def check_distinctness(fn: Callable[[torch.Tensor], torch.Tensor]) -> str:
     """Check ``fn(distances) -> (layers, heads)``: each head's mean distance to the *other*
     heads of its layer."""
     require_callable("fn", fn)
+    fn = refuse_reference(fn, diversity)
     for seed, heads in ((3, 4), (4, 6)):
         d = _random_distances(seed, heads=heads)
         want = distinctness(d)
@@ -78,6 +82,7 @@ def check_logit_gap_bound(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     the JS divergence of the two softmax rows, where ``r`` is the range over the keys of the
     *difference* of the logits."""
     require_callable("fn", fn)
+    fn = refuse_reference(fn, diversity)
     gen = torch.Generator().manual_seed(5)
     a = 3 * torch.randn(4, 6, 7, generator=gen, dtype=torch.float64)
     b = a + torch.randn(4, 6, 7, generator=gen, dtype=torch.float64)

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.exercises._common import checker, ok, require_callable
+from multihead.exercises._common import checker, ok, refuse_reference, require_callable
+from multihead.interventions import drophead
 from multihead.interventions.drophead import drophead_rate, gate_moments
 
 
@@ -46,6 +47,7 @@ def check_gate_variance(fn: Callable) -> str:
     Shapes: none.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, drophead)
     for h, p in ((1, 0.3), (2, 0.5), (4, 0.3), (8, 0.1), (12, 0.6)):
         got, want = float(fn(h, p)), gate_moments(h, p)["variance"]
         if abs(got - want) > 1e-6:
@@ -67,6 +69,7 @@ def check_v_schedule(fn: Callable) -> str:
     Shapes: none.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, drophead)
     for total, p, turn in ((11, 0.2, 5), (100, 0.3, 10), (50, 0.1, 1)):
         for step in sorted({0, turn // 2, turn, (turn + total) // 2, total - 1}):
             got, want = float(fn(step, total, p, turn)), drophead_rate(step, total, p, "v", turn)

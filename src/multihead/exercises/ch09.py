@@ -7,8 +7,15 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.analysis.metrics import js_divergence
-from multihead.exercises._common import checker, expect, ok, random_patterns, require_callable
+from multihead.analysis.metrics import classical_mds, js_divergence
+from multihead.exercises._common import (
+    checker,
+    expect,
+    ok,
+    random_patterns,
+    refuse_reference,
+    require_callable,
+)
 from multihead.pretrained.load import word_level
 
 
@@ -17,6 +24,7 @@ def check_js_divergence(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     """Check ``fn(p, q) -> (...)``: the Jensen-Shannon divergence in nats of distributions on
     the last dimension, with 0 log 0 = 0 (rows with zeros must not give nan)."""
     require_callable("fn", fn)
+    fn = refuse_reference(fn, js_divergence)
     one_hot = torch.eye(4, dtype=torch.float64)
     cases = [(one_hot[0], one_hot[1]), (one_hot, one_hot.roll(1, 0))]
     cases += [(random_patterns(s).double(), random_patterns(s + 10).double()) for s in (0, 1)]
@@ -50,6 +58,7 @@ def check_word_level(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tenso
     """Check ``fn(token_attention, word_of_token, n_words) -> (..., words, words)``:
     attention *to* a word is the sum over its tokens, attention *from* a word the mean."""
     require_callable("fn", fn)
+    fn = refuse_reference(fn, word_level)
     cases = [
         (random_patterns(0, batch=1, heads=2, n=5)[0], torch.tensor([0, 1, 1, 2, 3]), 4),
         (random_patterns(1, batch=2, heads=3, n=6), torch.tensor([0, 1, 1, 1, 2, 2]), 3),
@@ -77,6 +86,7 @@ def check_classical_mds(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     """Check ``fn(distances, dim) -> (n, dim)``: classical MDS must reproduce the distances
     of points that really lie in ``dim`` dimensions (up to rotation and reflection)."""
     require_callable("fn", fn)
+    fn = refuse_reference(fn, classical_mds)
     gen = torch.Generator().manual_seed(9)
     for n, dim in ((6, 2), (9, 3)):
         pts = torch.randn(n, dim, generator=gen, dtype=torch.float64)

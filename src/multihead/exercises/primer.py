@@ -7,11 +7,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from multihead.core import positions
 from multihead.core.attention import attention_pattern, blocked
 from multihead.core.config import ModelConfig
 from multihead.core.model import Layer
 from multihead.core.positions import sinusoidal_positions
-from multihead.exercises._common import expect, ok, require_callable
+from multihead.core.sharing import blocked_after
+from multihead.exercises._common import expect, ok, refuse_reference, require_callable
 
 _SINUSOIDAL = "column 2i of row t is sin(t / 10000 ** (2i / d_model)), column 2i + 1 its cos"
 _CAUSAL = "an (n, n) bool tensor, True where key j lies in the future of query i (j > i)"
@@ -43,6 +45,7 @@ def check_sinusoidal(fn: Callable) -> str:
     Shapes: -> (n, d_model).
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, positions)
     for n, d in ((10, 8), (50, 16), (7, 2), (33, 64)):
         answer = _answer(fn, (n, d), _SINUSOIDAL)
         got = _tensor(answer, (n, d), f"the encodings for n={n}, d_model={d}")
@@ -74,6 +77,7 @@ def check_causal_mask(fn: Callable) -> str:
     Shapes: -> (n, n) bool.
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, blocked, blocked_after)
     gen = torch.Generator().manual_seed(5)
     for n in (4, 9, 1):  # n = 1 last: its one entry cannot tell the mistakes apart
         got = _tensor(_answer(fn, (n,), _CAUSAL), (n, n), f"the mask for n={n}")
@@ -123,6 +127,7 @@ def check_prenorm_block(fn: Callable) -> str:
     Shapes: x (batch, seq, d_model) -> (batch, seq, d_model).
     """
     require_callable("fn", fn)
+    fn = refuse_reference(fn, Layer.forward)  # its parts are allowed, the whole layer is not
     for seed, (batch, n) in enumerate(((2, 5), (3, 1), (1, 8))):
         layer = _random_layer(seed)
         x = torch.randn(batch, n, 16, dtype=torch.float64)
