@@ -37,6 +37,7 @@ from multihead._checks import check_self_attention_inputs as check_inputs
 from multihead.core.attention import MultiHeadAttention, key_softmax, project
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
+from multihead.core.rotary import check_d_head, rotate
 
 
 class KVCache:
@@ -179,11 +180,15 @@ class GroupedQueryAttention(CachedAttention):
         n_kv_heads: number of key/value heads; must divide ``n_heads``.
         d_head: size of every head (default ``d_model // n_heads``).
         bias: add biases to the four projections.
+        rotary: rotate queries and keys by their positions after the projection (RoPE,
+            ``core.rotary``; ``d_head`` must be even).
 
     ``forward(x, *, key_padding_mask=None, causal=False, cache=None)``: with a ``KVCache`` the
     new keys and values (and padding mask) are appended to it and the queries attend over
-    all of it. Hook points: ``q``, ``k`` and ``v`` (the new tokens; n_kv_heads heads, not
-    repeated), ``scores``, ``pattern`` (explicit path), ``z``.
+    all of it. With ``rotary`` the new tokens sit at positions ``cache.length + 0, 1, ...``
+    (from 0 without a cache) and the cache stores rotated keys, so cached decoding equals
+    the full pass. Hook points: ``q``, ``k`` (rotated, when ``rotary``) and ``v`` (the new
+    tokens; n_kv_heads heads, not repeated), ``scores``, ``pattern`` (explicit path), ``z``.
 
     Shapes: forward(x (batch, seq, d_model)) -> (batch, seq, d_model).
     """
@@ -196,16 +201,19 @@ class GroupedQueryAttention(CachedAttention):
         d_head: int | None = None,
         *,
         bias: bool = True,
+        rotary: bool = False,
     ) -> None:
         d_head = head_sizes(d_model, n_heads, d_head, d_head)[0]
         check_positive_int("n_kv_heads", n_kv_heads)
+        if check_bool("rotary", rotary):
+            check_d_head(d_head)
         if n_heads % n_kv_heads:
             raise ValueError(
                 f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads} (each key/value head "
                 "serves a group of the same number of query heads)"
             )
         super().__init__(d_model, n_heads, d_head, check_bool("bias", bias))
-        self.n_kv_heads = n_kv_heads
+        self.n_kv_heads, self.rotary = n_kv_heads, rotary
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(n_kv_heads, d_model, d_head))
         self.W_V = nn.Parameter(torch.empty(n_kv_heads, d_model, d_head))
@@ -227,6 +235,10 @@ class GroupedQueryAttention(CachedAttention):
         check_cache(cache)
         x = check_inputs(self.d_model, x, key_padding_mask, causal, cached=cache is not None)
         q, k, v = project(x, (self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V))
+        if self.rotary:  # the new tokens continue the cache: positions past, past + 1, ...
+            past = 0 if cache is None else cache.length
+            positions = torch.arange(past, past + x.shape[1], device=x.device)
+            q, k = rotate(q, positions), rotate(k, positions)
         q, k, v = self.q(q), self.k(k), self.v(v)  # (batch, n_heads or n_kv_heads, seq, d_head)
         if cache is not None:  # the past tokens' keys and values, then the new ones
             k, v = cache.append(key_padding_mask, k=k, v=v)
@@ -251,7 +263,7 @@ class GroupedQueryAttention(CachedAttention):
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-            f"d_head={self.d_head}, materialize={self.materialize}"
+            f"d_head={self.d_head}, rotary={self.rotary}, materialize={self.materialize}"
         )
 
 
@@ -389,6 +401,8 @@ def gqa_as_mha(gqa: GroupedQueryAttention) -> MultiHeadAttention:
     """
     if not isinstance(gqa, GroupedQueryAttention):
         raise TypeError(f"gqa must be a GroupedQueryAttention, got {type(gqa).__name__}")
+    if gqa.rotary:
+        raise ValueError("gqa is rotary; a MultiHeadAttention has no rotary positions")
     mha = MultiHeadAttention(
         gqa.d_model, gqa.n_heads, gqa.d_head, gqa.d_head, bias=gqa.b_Q is not None
     ).to(gqa.W_Q)
