@@ -10,8 +10,8 @@ from multihead.core.sharing import (
     LatentAttention,
     gqa_as_mha,
     mha_to_gqa,
-    tiled_attention,
 )
+from multihead.core.tiles import tiled_attention
 
 PAD = torch.tensor([[True, True] + [False] * 5, [False] * 7])  # left padding in example 0
 MASKS = ({}, {"causal": True}, {"key_padding_mask": PAD}, {"key_padding_mask": PAD, "causal": True})

@@ -92,8 +92,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "10_kv_sharing": (
         "core.attention", "core.config", "core.decoder", "core.model", "core.runtime",
-        "core.sharing", "core.train", "tasks.recall", "analysis.kvcost", "analysis.verdict",
-        "viz.claims", "viz.glue", "exercises",
+        "core.sharing", "core.tiles", "core.train", "tasks.recall", "analysis.kvcost",
+        "analysis.verdict", "viz.claims", "viz.glue", "exercises",
     ),
 }  # fmt: skip
 

@@ -5,7 +5,14 @@ Each layer is pre-norm, ``x + attn(ln1(x))`` then ``x + ff(ln2(x))``, with causa
 self-attention: ``GroupedQueryAttention`` (``n_kv_heads`` key/value heads; multi-head
 attention by default, multi-query attention with one) or, when ``d_latent`` is given,
 ``LatentAttention``. Module paths (the keys of ``run_with_cache``): ``layers.{i}.attn``, so
-``stack_layers(cache, "layers.{}.attn.pattern")`` stacks the patterns over layers.
+``stack_layers(cache, "layers.{}.attn.pattern")`` stacks the patterns over layers, and
+``layers.{i}.resid_pre``, the residual stream entering layer ``i``.
+
+Options for chapter 11: positions learned (the default), sinusoidal, rotary or none; no MLP
+(an attention-only model) and no LayerNorm. With both off, each head's QK and OV circuits
+are exact products of weight matrices (Elhage et al. 2021), e.g. ``W_E W_Q W_K^T W_E^T`` with
+``W_E = embed.weight`` (vocab, d_model) and ``W_U = unembed.weight.T`` (d_model, vocab); the
+biases (zero at init) add terms of their own once trained.
 
 With a cache (``new_cache()``: one ``KVCache`` per layer) ``forward`` takes only the new
 tokens, continues at the position where the cache ends and returns their logits; the
@@ -26,7 +33,9 @@ from multihead._checks import (
     check_positive_int,
     check_probability,
 )
+from multihead.core.hooks import HookPoint
 from multihead.core.model import FeedForward, check_tokens, init_model
+from multihead.core.positions import sinusoidal_positions
 from multihead.core.sharing import (
     GroupedQueryAttention,
     KVCache,
@@ -35,29 +44,49 @@ from multihead.core.sharing import (
     mha_to_gqa,
 )
 
+POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+
 
 class Block(nn.Module):
-    """One pre-norm decoder layer: causal self-attention, then the MLP.
+    """One pre-norm decoder layer: causal self-attention, then the MLP (``ff`` is None
+    without one; the norms are identities without LayerNorm). The hook point ``resid_pre``
+    is the residual stream entering the layer.
 
     Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq) -> like x.
     """
 
-    def __init__(self, attn: nn.Module, d_model: int, d_ff: int, dropout: float) -> None:
+    def __init__(
+        self,
+        attn: nn.Module,
+        d_model: int,
+        d_ff: int,
+        dropout: float,
+        *,
+        mlp: bool = True,
+        norm: bool = True,
+    ) -> None:
         super().__init__()
-        self.ln1, self.attn = nn.LayerNorm(d_model), attn
-        self.ln2, self.ff = nn.LayerNorm(d_model), FeedForward(d_model, d_ff, dropout)
+        self.resid_pre = HookPoint()
+
+        def layer_norm() -> nn.Module:
+            return nn.LayerNorm(d_model) if norm else nn.Identity()
+
+        self.ln1, self.attn = layer_norm(), attn
+        self.ln2 = layer_norm() if mlp else None
+        self.ff = FeedForward(d_model, d_ff, dropout) if mlp else None
         self.drop = nn.Dropout(dropout)
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None
     ) -> Tensor:
+        x = self.resid_pre(x)
         a = self.attn(self.ln1(x), key_padding_mask=key_padding_mask, causal=True, cache=cache)
         x = x + self.drop(a)
-        return x + self.drop(self.ff(self.ln2(x)))
+        return x if self.ff is None else x + self.drop(self.ff(self.ln2(x)))
 
 
 class Decoder(nn.Module):
-    """A decoder-only causal language model (GPT-style, learned positions, untied read-out).
+    """A decoder-only causal language model (GPT-style, untied read-out).
 
     Args:
         vocab_size: number of token ids.
@@ -68,6 +97,14 @@ class Decoder(nn.Module):
         d_head: size of each head (default ``d_model // n_heads``).
         d_ff: hidden size of the MLP (default ``4 * d_model``).
         dropout: dropout on the residual branches and in the MLP (training only).
+        positions: ``"learned"`` (one trained vector per position, added to the token
+            embedding), ``"sinusoidal"`` (the fixed encodings of ``core.positions``, added;
+            a buffer, not trained), ``"rotary"`` (nothing added: every layer rotates its
+            queries and keys, ``core.rotary``; grouped-query layers only) or ``"none"``.
+        mlp: give each layer an MLP; False makes an attention-only model.
+        norm: LayerNorm before each sublayer and before the read-out; False leaves none.
+
+    Sequences are at most ``max_len`` tokens long whatever ``positions`` is.
 
     ``forward(tokens, key_padding_mask=None, cache=None)`` is always causal;
     ``generate(prompt, n_new)`` decodes greedily. Call ``eval()`` first where dropout is on.
@@ -88,6 +125,9 @@ class Decoder(nn.Module):
         d_head: int | None = None,
         d_ff: int | None = None,
         dropout: float = 0.0,
+        positions: str = "learned",
+        mlp: bool = True,
+        norm: bool = True,
     ) -> None:
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("max_len", max_len)):
@@ -99,21 +139,38 @@ class Decoder(nn.Module):
                 f"n_kv_heads={n_kv_heads} and d_latent={d_latent}: pass one (latent attention "
                 "has no key/value heads: every head decompresses its own from the latent)"
             )
+        check_choice("positions", positions, POSITIONS)
+        if positions == "rotary" and d_latent is not None:
+            raise ValueError(
+                f"positions='rotary' with d_latent={d_latent}: latent attention here has no "
+                "rotary part (rotation breaks its absorption, chapter 10); use n_kv_heads"
+            )
+        if not check_bool("mlp", mlp) and d_ff is not None:
+            raise ValueError(f"d_ff={d_ff} is the MLP's size, but mlp=False; leave d_ff out")
+        check_bool("norm", norm)
         d_ff = 4 * d_model if d_ff is None else check_positive_int("d_ff", d_ff)
         dropout = check_probability("dropout", dropout)
         self.vocab_size, self.max_len, self.d_model = vocab_size, max_len, d_model
+        self.positions = positions
 
         def attention() -> nn.Module:
             if d_latent is not None:
                 return LatentAttention(d_model, n_heads, d_latent, d_head)
-            return GroupedQueryAttention(d_model, n_heads, n_kv_heads or n_heads, d_head)
+            rotary = positions == "rotary"
+            return GroupedQueryAttention(
+                d_model, n_heads, n_kv_heads or n_heads, d_head, rotary=rotary
+            )
 
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
+        if positions == "learned":
+            self.pos = nn.Embedding(max_len, d_model)
+        elif positions == "sinusoidal":  # fixed: a buffer, not saved in the state dict
+            pe = sinusoidal_positions(max_len, check_even_width(d_model))
+            self.register_buffer("pos_table", pe, persistent=False)  # (max_len, d_model)
         self.layers = nn.ModuleList(
-            Block(attention(), d_model, d_ff, dropout) for _ in range(n_layers)
+            Block(attention(), d_model, d_ff, dropout, mlp=mlp, norm=norm) for _ in range(n_layers)
         )
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model) if norm else nn.Identity()
         self.unembed = nn.Linear(d_model, vocab_size)
         init_model(self)  # embeddings N(0, 1), linear layers Xavier (attention: its own init)
 
@@ -136,8 +193,12 @@ class Decoder(nn.Module):
                 f"tokens continue a cache of {past} tokens to {past + tokens.shape[1]}, beyond "
                 f"max_len={self.max_len}"
             )
-        positions = torch.arange(past, past + tokens.shape[1], device=tokens.device)
-        x = self.embed(tokens) + self.pos(positions)  # (batch, seq, d_model)
+        x = self.embed(tokens)  # (batch, seq, d_model)
+        at = torch.arange(past, past + tokens.shape[1], device=tokens.device)  # positions
+        if self.positions == "learned":
+            x = x + self.pos(at)
+        elif self.positions == "sinusoidal":
+            x = x + self.pos_table[at]  # (seq, d_model), broadcast over the batch
         for i, layer in enumerate(self.layers):
             x = layer(x, key_padding_mask, None if cache is None else cache[i])
         return self.unembed(self.norm(x))  # (batch, seq, vocab_size)
@@ -227,5 +288,19 @@ def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Dec
     for layer in new.layers:
         if not isinstance(layer.attn, GroupedQueryAttention):
             raise TypeError("decoder must have grouped-query layers, not latent attention")
+        rotary, layer.attn.rotary = layer.attn.rotary, False  # the copy's: pool the weights
         layer.attn = mha_to_gqa(gqa_as_mha(layer.attn), n_kv_heads, how=how)
+        layer.attn.rotary = rotary  # then rotate as before (d_head is unchanged)
     return new
+
+
+def check_even_width(d_model: int) -> int:
+    """Return ``d_model`` if it is even: sinusoidal encodings come in (sin, cos) pairs.
+
+    Shapes: none.
+    """
+    if d_model % 2:
+        raise ValueError(
+            f"d_model={d_model} must be even for positions='sinusoidal' (sin, cos pairs)"
+        )
+    return d_model

@@ -12,8 +12,7 @@ and these layers shrink it:
   values are decompressed from one latent vector of size ``d_latent``, and the cache holds
   only that vector.
 
-``tiled_attention`` computes exact attention over tiles of keys with the online softmax
-(Milakov and Gimelshein 2018; Dao et al. 2022), never storing a whole score matrix.
+Exact attention computed in tiles of keys (the online softmax) is in ``core.tiles``.
 
 Both layers follow ``MultiHeadAttention``: hook points, the ``materialize`` /
 ``explicit_requests`` switch, a ``head_mask`` buffer (1 = kept), masks True = blocked.
@@ -38,6 +37,7 @@ from multihead._checks import check_self_attention_inputs as check_inputs
 from multihead.core.attention import MultiHeadAttention, key_softmax, project
 from multihead.core.config import head_sizes
 from multihead.core.hooks import HookPoint
+from multihead.core.rotary import check_d_head, rotate
 
 
 class KVCache:
@@ -180,11 +180,15 @@ class GroupedQueryAttention(CachedAttention):
         n_kv_heads: number of key/value heads; must divide ``n_heads``.
         d_head: size of every head (default ``d_model // n_heads``).
         bias: add biases to the four projections.
+        rotary: rotate queries and keys by their positions after the projection (RoPE,
+            ``core.rotary``; ``d_head`` must be even).
 
     ``forward(x, *, key_padding_mask=None, causal=False, cache=None)``: with a ``KVCache`` the
     new keys and values (and padding mask) are appended to it and the queries attend over
-    all of it. Hook points: ``q``, ``k`` and ``v`` (the new tokens; n_kv_heads heads, not
-    repeated), ``scores``, ``pattern`` (explicit path), ``z``.
+    all of it. With ``rotary`` the new tokens sit at positions ``cache.length + 0, 1, ...``
+    (from 0 without a cache) and the cache stores rotated keys, so cached decoding equals
+    the full pass. Hook points: ``q``, ``k`` (rotated, when ``rotary``) and ``v`` (the new
+    tokens; n_kv_heads heads, not repeated), ``scores``, ``pattern`` (explicit path), ``z``.
 
     Shapes: forward(x (batch, seq, d_model)) -> (batch, seq, d_model).
     """
@@ -197,16 +201,19 @@ class GroupedQueryAttention(CachedAttention):
         d_head: int | None = None,
         *,
         bias: bool = True,
+        rotary: bool = False,
     ) -> None:
         d_head = head_sizes(d_model, n_heads, d_head, d_head)[0]
         check_positive_int("n_kv_heads", n_kv_heads)
+        if check_bool("rotary", rotary):
+            check_d_head(d_head)
         if n_heads % n_kv_heads:
             raise ValueError(
                 f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads} (each key/value head "
                 "serves a group of the same number of query heads)"
             )
         super().__init__(d_model, n_heads, d_head, check_bool("bias", bias))
-        self.n_kv_heads = n_kv_heads
+        self.n_kv_heads, self.rotary = n_kv_heads, rotary
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(n_kv_heads, d_model, d_head))
         self.W_V = nn.Parameter(torch.empty(n_kv_heads, d_model, d_head))
@@ -228,6 +235,10 @@ class GroupedQueryAttention(CachedAttention):
         check_cache(cache)
         x = check_inputs(self.d_model, x, key_padding_mask, causal, cached=cache is not None)
         q, k, v = project(x, (self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V))
+        if self.rotary:  # the new tokens continue the cache: positions past, past + 1, ...
+            past = 0 if cache is None else cache.length
+            positions = torch.arange(past, past + x.shape[1], device=x.device)
+            q, k = rotate(q, positions), rotate(k, positions)
         q, k, v = self.q(q), self.k(k), self.v(v)  # (batch, n_heads or n_kv_heads, seq, d_head)
         if cache is not None:  # the past tokens' keys and values, then the new ones
             k, v = cache.append(key_padding_mask, k=k, v=v)
@@ -252,7 +263,7 @@ class GroupedQueryAttention(CachedAttention):
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-            f"d_head={self.d_head}, materialize={self.materialize}"
+            f"d_head={self.d_head}, rotary={self.rotary}, materialize={self.materialize}"
         )
 
 
@@ -340,54 +351,6 @@ class LatentAttention(CachedAttention):
         )
 
 
-def tiled_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, tile: int, mask: Tensor | None = None
-) -> Tensor:
-    """Exact attention ``softmax(q k^T / sqrt(d)) v``, computed over tiles of ``tile`` keys
-    with the online softmax: never more than a ``(..., q_len, tile)`` block of scores.
-
-    Each query keeps a running maximum ``m`` of its scores, a running sum ``l`` of
-    ``exp(score - m)`` and a running unnormalised output ``acc``; a new tile with maximum
-    ``m'`` rescales both by ``exp(m - m')`` before adding its own terms, and the answer is
-    ``acc / l``. ``mask`` is bool, True = blocked; a query whose every key is blocked gets
-    0 (as ``key_softmax`` says).
-
-    Shapes: q (..., q_len, d), k (..., k_len, d), v (..., k_len, d_v), mask broadcastable
-    to (..., q_len, k_len) -> (..., q_len, d_v).
-    """
-    check_positive_int("tile", tile)
-    check_tensor("q", q, min_ndim=2, layout="(..., q_len, d)")
-    check_tensor("k", k, min_ndim=2, layout="(..., k_len, d)")
-    check_tensor("v", v, min_ndim=2, layout="(..., k_len, d_v)")
-    (q_len, d), (k_len, d_k) = q.shape[-2:], k.shape[-2:]
-    if d_k != d or v.shape[-2] != k_len:
-        raise ValueError(
-            f"k must be (..., k_len, {d}) and v (..., k_len, d_v), got {tuple(k.shape)} and "
-            f"{tuple(v.shape)}"
-        )
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if mask is not None:
-        check_bool_mask("mask", mask, meaning="True = blocked")
-        lead = torch.broadcast_shapes(lead, mask.shape[:-2])
-        mask = mask.broadcast_to(lead + (q_len, k_len))  # a view, sliced tile by tile below
-    m = q.new_full(lead + (q_len, 1), float("-inf"))  # running max of each query's scores
-    l = q.new_zeros(lead + (q_len, 1))  # running sum of exp(score - m)
-    acc = q.new_zeros(lead + (q_len, v.shape[-1]))  # running sum of exp(score - m) v
-    for start in range(0, k_len, tile):
-        keys = slice(start, start + tile)
-        s = (q / math.sqrt(d)) @ k[..., keys, :].transpose(-2, -1)  # (..., q_len, tile)
-        s = s if mask is None else s.masked_fill(mask[..., keys], float("-inf"))
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., q_len, 1)
-        # a query that has seen no open key yet keeps m = -inf: subtract 0 there, not -inf
-        shift = m_new.masked_fill(torch.isneginf(m_new), 0.0)
-        p = torch.exp(s - shift)  # (..., q_len, tile); blocked keys give 0
-        rescale = torch.exp(m - shift)  # old terms to the new maximum (0 while m = -inf)
-        l = rescale * l + p.sum(dim=-1, keepdim=True)
-        acc = rescale * acc + p @ v[..., keys, :]
-        m = m_new
-    return acc / l.masked_fill(l == 0, 1.0)  # a fully blocked query: acc = 0, so 0
-
-
 def _check_mha(mha: object) -> MultiHeadAttention:
     if type(mha) is not MultiHeadAttention:  # a subclass (talking heads) computes more
         raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
@@ -438,6 +401,8 @@ def gqa_as_mha(gqa: GroupedQueryAttention) -> MultiHeadAttention:
     """
     if not isinstance(gqa, GroupedQueryAttention):
         raise TypeError(f"gqa must be a GroupedQueryAttention, got {type(gqa).__name__}")
+    if gqa.rotary:
+        raise ValueError("gqa is rotary; a MultiHeadAttention has no rotary positions")
     mha = MultiHeadAttention(
         gqa.d_model, gqa.n_heads, gqa.d_head, gqa.d_head, bias=gqa.b_Q is not None
     ).to(gqa.W_Q)

@@ -1,0 +1,82 @@
+"""Rotary position embeddings (RoPE, Su et al. 2021): positions as rotations of queries and
+keys, so that a score depends on how far apart two tokens are and not on where they are.
+
+Each head's vector is cut into pairs of coordinates ``(2i, 2i + 1)``; at position ``t`` pair
+``i`` is rotated by the angle ``t w_i``, with the frequencies ``w_i = base ** (-2i / d_head)``
+of the sinusoidal encodings (``core.positions.frequencies`` with ``d_model = d_head``).
+
+Convention (column vectors, as in chapter 10): ``R_t`` is block diagonal with the 2x2 blocks
+``[[cos t w_i, -sin t w_i], [sin t w_i, cos t w_i]]``, and the rotated vector is ``R_t x``.
+Our vectors are rows, so ``rotate(x, [t]) == x @ rotary_matrix(t).T``. ``R_t`` is exactly the
+offset map ``R_k`` of chapter 4b's theorem with ``k = t`` (``core.positions.offset_map``), so
+``R_t^T R_s = R_{s - t}``: the score of a query rotated at ``t`` and a key rotated at ``s``
+is ``q R_{s - t} k^T`` (rows), a function of the offset ``s - t`` alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from multihead._checks import check_int, check_int_tensor, check_positive_int, check_tensor
+from multihead.core.positions import frequencies, offset_map
+
+
+def check_d_head(d_head: object) -> int:
+    """Return ``d_head`` if it is a positive even int: rotary positions rotate pairs.
+
+    Shapes: none.
+    """
+    check_positive_int("d_head", d_head)
+    if d_head % 2:
+        raise ValueError(
+            f"d_head={d_head} must be even for rotary positions, which rotate coordinates in "
+            "pairs (2i, 2i + 1); choose an even head size"
+        )
+    return d_head
+
+
+def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) -> Tensor:
+    """Rotate each vector of ``x`` at sequence index ``j`` by ``R_{positions[j]}``: pair
+    ``(2i, 2i + 1)`` turns by the angle ``positions[j] * w_i``, ``w_i = base ** (-2i / d_head)``.
+
+    The angles are computed in float64 and position 0 is exactly the identity.
+
+    Shapes: x (..., seq, d_head), e.g. (batch, heads, seq, d_head); positions (seq,) integers
+    -> like x.
+    """
+    check_tensor("x", x, min_ndim=2, layout="(..., seq, d_head), e.g. (batch, heads, seq, d_head)")
+    d_head = check_d_head(x.shape[-1])
+    if not isinstance(positions, Tensor):
+        if isinstance(positions, (str, bytes)) or not isinstance(positions, Sequence):
+            raise TypeError(f"positions must be a tensor or list of ints, got {positions!r}")
+        ints = [check_int(f"positions[{j}]", p) for j, p in enumerate(positions)]
+        positions = torch.tensor(ints, dtype=torch.long)
+    check_int_tensor("positions", positions, ndim=1, layout="(seq,)")
+    if positions.shape[0] != x.shape[-2]:
+        raise ValueError(
+            f"positions has {positions.shape[0]} entries, but x has seq={x.shape[-2]} "
+            "(one position per vector along the second to last dimension)"
+        )
+    w = frequencies(d_head, base, torch.float64).to(x.device)  # (d_head // 2,)
+    angles = positions.to(device=x.device, dtype=torch.float64)[:, None] * w  # (seq, d_head // 2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., seq, d_head // 2) each
+    # the column rule R_t x, pair by pair: (a, b) -> (a cos - b sin, a sin + b cos)
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return rotated.flatten(-2)  # (..., seq, d_head), pairs interleaved again
+
+
+def rotary_matrix(
+    position: int, d_head: int, base: float = 10000.0, dtype: torch.dtype | None = None
+) -> Tensor:
+    """The rotation ``R_t`` of position ``t = position``, with ``rotate(x, [t]) == x @ R_t.T``
+    (``R_t`` acts on column vectors; see the module docstring). It equals
+    ``core.positions.offset_map(t, d_head, base)``.
+
+    Shapes: -> (d_head, d_head), orthogonal.
+    """
+    check_int("position", position)
+    return offset_map(position, check_d_head(d_head), base, dtype)

@@ -1,0 +1,223 @@
+"""Activation patching and ablation of heads: which parts of a model carry a behaviour.
+
+*Patching* runs a model on a ``corrupted`` input with one activation replaced by its value on
+a ``clean`` input, and measures how much of the clean behaviour comes back:
+
+    recovered = (m_patched - m_corrupted) / (m_clean - m_corrupted)
+
+for a scalar ``metric(logits)`` (a logit difference, the loss on some targets, ...): 1 when the
+patched activation alone restores the clean metric, 0 when it changes nothing. ``patch_heads``
+patches one head's output at a time, ``patch_positions`` the residual stream at one layer and
+position at a time. *Ablation* (``ablate_heads``) replaces one head's output by its mean over
+the batch and positions, or by zero, and reports the metric.
+
+Everything goes through the package's hooks (``run_with_cache``, ``run_with_hooks``). A head's
+output is the hook point ``z`` of its attention module, ``(batch, heads, seq, d_head)``, taken
+before ``W_O`` and the head mask; this works for ``core.decoder.Decoder`` (paths
+``layers.{i}.attn``) and for the encoder models (``encoder.layers.{i}.attn``). For a
+``MultiHeadAttention``, zero ablation equals masking the head (``ablation.head_masks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from multihead._checks import check_callable, check_choice, check_int_tensor
+from multihead.core.hooks import hook_points, run_with_cache, run_with_hooks
+
+Metric = Callable[[Tensor], Tensor]
+
+
+def _layer_paths(model: nn.Module, arg: str, template: object) -> list[str]:
+    """``template.format(i)`` for the layers ``i = 0, 1, ...`` that ``model`` has."""
+    if not isinstance(template, str) or template.count("{}") != 1:
+        raise ValueError(f"{arg}={template!r} must contain '{{}}' where the layer index goes")
+    points = hook_points(model)
+    paths = []
+    while template.format(len(paths)) in points:
+        paths.append(template.format(len(paths)))
+    if not paths:
+        raise ValueError(
+            f"{arg}={template!r}: the model has no hook point {template.format(0)!r} (see "
+            "core.hooks.hook_points(model) for the paths it has)"
+        )
+    return paths
+
+
+def _inputs(clean: object, corrupted: object) -> None:
+    for name, x in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (the model's input), got {type(x)}")
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} must have one "
+            "shape, so that each activation of one run fits the other"
+        )
+
+
+def _value(metric: Metric, logits: object) -> float:
+    m = metric(logits)
+    if isinstance(m, Tensor) and m.numel() == 1:
+        return float(m.detach().reshape(()))
+    if isinstance(m, (int, float)) and not isinstance(m, bool):
+        return float(m)
+    raise TypeError(f"metric must return a scalar tensor, got {type(m).__name__} {m!r}")
+
+
+def _positions(positions: object, seq: int) -> slice | Tensor:
+    if positions is None:
+        return slice(None)  # every position
+    if not isinstance(positions, Tensor):
+        if isinstance(positions, (str, bytes)) or not isinstance(positions, Sequence):
+            raise TypeError(f"positions must be a list or tensor of ints, got {positions!r}")
+        if not positions:
+            raise ValueError("positions is empty: pass None to patch every position")
+        positions = torch.tensor(list(positions))
+    layout = "(n,) indices into seq"
+    return check_int_tensor("positions", positions, ndim=1, lo=0, hi=seq, layout=layout)
+
+
+@contextmanager
+def _evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no gradients for the body; the model's mode comes back."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _recovered(model, clean, corrupted, metric, paths, units, replace) -> Tensor:
+    """Patch each ``(layer, unit)`` of the corrupted run with ``replace(value, clean value,
+    unit)`` and return the fraction of the metric recovered. Shapes: -> (layers, units)."""
+    _inputs(clean, corrupted)
+    check_callable("metric", metric, "metric(logits) -> scalar tensor")
+    with _evaluating(model):
+        logits, cache = run_with_cache(model, clean, names_filter=paths)
+        m_clean, m_corrupted = _value(metric, logits), _value(metric, model(corrupted))
+        gap = m_clean - m_corrupted
+        if not abs(gap) > 1e-6 * max(abs(m_clean), abs(m_corrupted)):  # also catches nan
+            raise ValueError(
+                f"clean and corrupted give the same metric ({m_clean:.6g} and "
+                f"{m_corrupted:.6g}): there is nothing to recover; choose a corrupted input "
+                "(or a metric) on which the model behaves differently"
+            )
+        sizes = {units(cache[path]) for path in paths}
+        if len(sizes) > 1:
+            raise ValueError(f"the layers at {paths} differ in size ({sorted(sizes)})")
+        out = torch.zeros(len(paths), sizes.pop())
+        for layer, path in enumerate(paths):
+            for unit in range(out.shape[1]):
+
+                def patch(value: Tensor, _name: str, unit=unit, path=path) -> Tensor:
+                    return replace(value.clone(), cache[path], unit)
+
+                patched = run_with_hooks(model, corrupted, fwd_hooks=[(path, patch)])
+                out[layer, unit] = (_value(metric, patched) - m_corrupted) / gap
+    return out
+
+
+def patch_heads(
+    model: nn.Module,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    *,
+    layers_path: str = "layers.{}.attn",
+    hook: str = "z",
+    positions: Sequence[int] | Tensor | None = None,
+) -> Tensor:
+    """For each head, the fraction of ``metric`` recovered when its output in the corrupted
+    run is replaced by its output in the clean run (at ``positions`` only, if given):
+    ``(m_patched - m_corrupted) / (m_clean - m_corrupted)``.
+
+    ``hook`` names a per-head hook point of the module at ``layers_path.format(layer)``,
+    shaped ``(batch, heads, seq, d)``: ``z`` (each head's output before ``W_O``) by default.
+    ``metric(logits)`` returns a scalar tensor; the two inputs must give different metrics.
+
+    Shapes: clean, corrupted (batch, seq) token ids (any input the model takes, of one
+    shape), positions (n,) indices into seq -> (layers, heads).
+    """
+    if not isinstance(hook, str) or not hook:
+        raise TypeError(f"hook must be the name of a hook point such as 'z', got {hook!r}")
+    template = f"{layers_path}.{hook}" if isinstance(layers_path, str) else layers_path
+    paths = _layer_paths(model, "layers_path", template)
+    _inputs(clean, corrupted)
+    where = _positions(positions, clean.shape[1])
+
+    def replace(value: Tensor, clean_value: Tensor, head: int) -> Tensor:
+        at = where if isinstance(where, slice) else where.to(value.device)
+        value[:, head, at] = clean_value[:, head, at]  # (batch, n, d)
+        return value
+
+    return _recovered(model, clean, corrupted, metric, paths, lambda z: z.shape[1], replace)
+
+
+def patch_positions(
+    model: nn.Module,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    *,
+    hook_template: str = "layers.{}.resid_pre",
+) -> Tensor:
+    """For each layer and position, the fraction of ``metric`` recovered when the residual
+    stream entering that layer (the hook point ``hook_template.format(layer)``, shaped
+    ``(batch, seq, d_model)``) is replaced at that position by its clean value.
+
+    Shapes: clean, corrupted (batch, seq) -> (layers, seq).
+    """
+    paths = _layer_paths(model, "hook_template", hook_template)
+
+    def replace(value: Tensor, clean_value: Tensor, position: int) -> Tensor:
+        value[:, position] = clean_value[:, position]  # (batch, d_model)
+        return value
+
+    return _recovered(model, clean, corrupted, metric, paths, lambda x: x.shape[1], replace)
+
+
+def ablate_heads(
+    model: nn.Module,
+    tokens: Tensor,
+    metric: Metric,
+    how: str = "mean",
+    *,
+    layers_path: str = "layers.{}.attn",
+    hook: str = "z",
+) -> Tensor:
+    """``metric`` of the model on ``tokens`` with one head at a time ablated: its output
+    (``hook``, ``(batch, heads, seq, d)``) replaced by its mean over the batch and the
+    positions (``how="mean"``) or by zero (``how="zero"``). Compare with the intact metric,
+    ``metric(model(tokens))``.
+
+    Shapes: tokens (batch, seq) -> (layers, heads).
+    """
+    check_choice("how", how, ("mean", "zero"))
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+    check_callable("metric", metric, "metric(logits) -> scalar tensor")
+    if not isinstance(hook, str) or not hook:
+        raise TypeError(f"hook must be the name of a hook point such as 'z', got {hook!r}")
+    template = f"{layers_path}.{hook}" if isinstance(layers_path, str) else layers_path
+    paths = _layer_paths(model, "layers_path", template)
+    with _evaluating(model):
+        _, cache = run_with_cache(model, tokens, names_filter=paths)
+        out = torch.zeros(len(paths), cache[paths[0]].shape[1])
+        for layer, path in enumerate(paths):
+            mean = cache[path].mean(dim=(0, 2), keepdim=True)  # (1, heads, 1, d)
+            for head in range(out.shape[1]):
+
+                def ablate(z: Tensor, _name: str, head=head, mean=mean) -> Tensor:
+                    z = z.clone()
+                    z[:, head] = mean[:, head] if how == "mean" else 0.0  # (batch, seq, d)
+                    return z
+
+                logits = run_with_hooks(model, tokens, fwd_hooks=[(path, ablate)])
+                out[layer, head] = _value(metric, logits)
+    return out
