@@ -138,3 +138,25 @@ def test_bad_arguments_name_themselves():
         copying_score(torch.zeros(3, 4))
     with pytest.raises(ValueError, match="ov"):
         copying_score(torch.full((2, 2), float("nan")))
+
+
+def test_induction_score_per_sequence_layouts():
+    from multihead.tasks.repeats import RepeatTask
+
+    task = RepeatTask(vocab_size=10, segment=5, min_segment=3)
+    _, _, lengths, starts = task.sample_layout(6, torch.Generator().manual_seed(0))
+    n = task.seq_len
+    pattern = torch.zeros(6, 2, n, n)
+    pattern[..., 0] = 1.0  # every query on the first token ...
+    for b in range(6):
+        L, s = int(lengths[b]), int(starts[b])
+        for q in range(s + L, s + 2 * L):  # ... but head 0's second-copy queries induct
+            pattern[b, 0, q] = 0.0
+            pattern[b, 0, q, q - L + 1] = 1.0
+    scores = induction_score(pattern, lengths, starts)
+    assert scores.shape == (6, 2)
+    assert torch.allclose(scores[:, 0], torch.ones(6)) and scores[:, 1].max() < 1
+    fixed = induction_score(pattern[:1], int(lengths[0]), int(starts[0]))
+    assert torch.allclose(fixed, scores[:1])
+    with pytest.raises(ValueError, match="per-sequence"):
+        induction_score(pattern[0, 0], lengths, starts)

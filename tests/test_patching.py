@@ -249,3 +249,39 @@ def test_patching_the_induction_circuit():
     elsewhere = [i for i in range(N) if i not in (at, after)]
     assert by_position[1, elsewhere].abs().max() < 1e-6
     assert 0.3 < by_position[1, at] < 0.7 and 0.3 < by_position[1, after] < 0.7
+
+
+def test_head_gradients_are_the_first_order_change_of_removing_a_head():
+    import torch.nn.functional as F
+
+    from multihead.core.decoder import Decoder
+    from multihead.core.hooks import run_with_hooks
+    from multihead.interventions.patching import head_gradients
+
+    torch.manual_seed(0)
+    model = Decoder(10, 8, 16, 2, 2, mlp=False, norm=False).double()
+    x = torch.randint(10, (4, 8))
+
+    def metric(logits):
+        return F.cross_entropy(logits[:, -1], x[:, 0])
+
+    grads = head_gradients(model, x, metric)
+    assert grads.shape == (2, 2) and bool((grads >= 0).all())
+    eps = 1e-6
+    for layer in range(2):
+        for head in range(2):
+
+            def scale(z, _name, head=head, f=1 + eps):
+                z = z.clone()
+                z[:, head] = z[:, head] * f
+                return z
+
+            path = f"layers.{layer}.attn.z"
+            up = metric(run_with_hooks(model, x, fwd_hooks=[(path, scale)]))
+            down = metric(
+                run_with_hooks(
+                    model, x, fwd_hooks=[(path, lambda z, n, h=head: scale(z, n, h, 1 - eps))]
+                )
+            )
+            assert abs(abs((up - down).item() / (2 * eps)) - grads[layer, head].item()) < 1e-5
+    assert all(p.grad is None for p in model.parameters())

@@ -76,3 +76,38 @@ def test_bad_arguments_name_themselves():
         task.in_context_loss(torch.zeros(2, 5))
     with pytest.raises(TypeError, match="losses"):
         task.in_context_loss(torch.zeros(2, task.seq_len, dtype=torch.long))
+
+
+def test_variable_segments_move_the_copy_and_the_masks_follow():
+    task = RepeatTask(vocab_size=12, segment=6, min_segment=3)
+    x, y, lengths, starts = task.sample_layout(50, torch.Generator().manual_seed(0))
+    assert x.shape == (50, 12) and set(lengths.tolist()) <= set(range(3, 7))
+    assert len(set(lengths.tolist())) > 1  # the distance between the copies varies
+    first, second = task.copy_masks(lengths, starts)
+    for b in range(50):
+        L, s = int(lengths[b]), int(starts[b])
+        assert s + 2 * L == 12
+        assert torch.equal(x[b, s + L :], x[b, s : s + L])  # the second copy repeats the first
+        assert first[b].sum() == second[b].sum() == L - 1
+        assert torch.equal(second[b].nonzero().flatten(), first[b].nonzero().flatten() + L)
+    losses = torch.rand(50, 12)
+    want = torch.stack([
+        losses[b, second[b]].mean() - losses[b, first[b]].mean() for b in range(50)
+    ])  # fmt: skip
+    assert torch.allclose(task.in_context_loss(losses, lengths, starts), want)
+
+
+def test_fixed_and_variable_layouts_agree_when_the_length_is_fixed():
+    task = RepeatTask(vocab_size=12, segment=5, prefix=2)
+    x, y, lengths, starts = task.sample_layout(4, torch.Generator().manual_seed(1))
+    assert lengths.tolist() == [5] * 4 and starts.tolist() == [2] * 4
+    losses = torch.rand(4, 12)
+    assert torch.allclose(
+        task.in_context_loss(losses), task.in_context_loss(losses, lengths, starts)
+    )
+    with pytest.raises(ValueError, match="both"):
+        task.in_context_loss(losses, lengths, None)
+    with pytest.raises(ValueError, match="min_segment"):
+        RepeatTask(segment=4, min_segment=5)
+    with pytest.raises(TypeError, match="lengths"):
+        task.copy_masks(lengths.float(), starts)

@@ -23,7 +23,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multihead._checks import check_int, check_pattern, check_positive_int, check_tensor
+from multihead._checks import (
+    check_int,
+    check_int_tensor,
+    check_pattern,
+    check_positive_int,
+    check_tensor,
+)
 
 
 def _square(pattern: Tensor) -> Tensor:
@@ -45,18 +51,39 @@ def previous_token_score(pattern: Tensor) -> Tensor:
     return p.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=-1)  # entries (i, i - 1)
 
 
-def induction_score(pattern: Tensor, segment: int, prefix: int = 0) -> Tensor:
+def induction_score(pattern: Tensor, segment: int | Tensor, prefix: int | Tensor = 0) -> Tensor:
     """On a sequence of ``prefix`` tokens, then a segment of ``segment`` tokens, then the same
     segment again (``tasks.repeats.RepeatTask``): the mean weight each query ``i`` of the
     second copy puts on key ``i - segment + 1``, the token right after the earlier copy of its
-    own token. A pure induction head scores 1.
+    own token. A pure induction head scores 1. ``segment`` and ``prefix`` may be one int for
+    every sequence, or one per sequence (tensors ``(batch,)``, as ``sample_layout`` gives them,
+    with a pattern whose first dimension is the batch).
 
-    Shapes: pattern (..., n, n) with n >= prefix + 2 * segment -> (...).
+    Shapes: pattern (..., n, n) with n >= prefix + 2 * segment -> (...); with per-sequence
+    segment and prefix, pattern (batch, ..., n, n) -> (batch, ...).
     """
     p = _square(pattern)
+    n = p.shape[-1]
+    if isinstance(segment, Tensor) or isinstance(prefix, Tensor):
+        L = check_int_tensor("segment", segment, ndim=1, lo=1, layout="(batch,)")
+        P = check_int_tensor("prefix", prefix, ndim=1, lo=0, layout="(batch,)")
+        if L.shape != P.shape or p.ndim < 3 or p.shape[0] != L.shape[0]:
+            raise ValueError("per-sequence segment and prefix need a pattern (batch, ..., n, n)")
+        if bool((P + 2 * L > n).any()):
+            raise ValueError(f"pattern covers {n} tokens, fewer than some prefix + 2 * segment")
+        j = torch.arange(int(L.max()), device=p.device)  # (m,)
+        valid = j[None] < L[:, None]  # (batch, m): the second copy's queries of each sequence
+        q = (P + L)[:, None] + j[None]  # (batch, m)
+        q = torch.where(valid, q, torch.zeros_like(q))
+        k = torch.where(valid, q - L[:, None] + 1, torch.zeros_like(q))
+        lead = p.shape[1:-2]
+        flat = p.reshape(p.shape[0], -1, n, n)  # (batch, units, n, n)
+        b = torch.arange(p.shape[0], device=p.device)[:, None, None]
+        u = torch.arange(flat.shape[1], device=p.device)[None, :, None]
+        w = flat[b, u, q[:, None, :], k[:, None, :]] * valid[:, None, :]  # (batch, units, m)
+        return (w.sum(-1) / L[:, None]).reshape(p.shape[0], *lead)
     check_positive_int("segment", segment)
     check_int("prefix", prefix, 0)
-    n = p.shape[-1]
     if n < prefix + 2 * segment:
         raise ValueError(
             f"pattern covers {n} tokens, fewer than prefix + 2 * segment = "

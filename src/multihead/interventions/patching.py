@@ -221,3 +221,44 @@ def ablate_heads(
                 logits = run_with_hooks(model, tokens, fwd_hooks=[(path, ablate)])
                 out[layer, head] = _value(metric, logits)
     return out
+
+
+def head_gradients(
+    model: nn.Module,
+    tokens: Tensor,
+    metric: Metric,
+    *,
+    layers_path: str = "layers.{}.attn",
+    hook: str = "z",
+) -> Tensor:
+    """Gradient importance of every head (Michel et al. 2019, chapter 7): the first-order
+    change of ``metric`` when the head's output is removed, ``|sum z * d metric / d z|`` over
+    the batch, positions and dimensions of the head's output ``z``.
+
+    Shapes: tokens (batch, seq) -> (layers, heads).
+    """
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+    check_callable("metric", metric, "metric(logits) -> scalar tensor")
+    template = f"{layers_path}.{hook}" if isinstance(layers_path, str) else layers_path
+    paths = _layer_paths(model, "layers_path", template)
+    kept: dict[str, Tensor] = {}
+
+    def keep(z: Tensor, name: str) -> Tensor:
+        z.retain_grad()
+        kept[name] = z
+        return z
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            value = metric(run_with_hooks(model, tokens, fwd_hooks=[(p, keep) for p in paths]))
+            if not isinstance(value, Tensor) or value.ndim != 0:
+                raise TypeError("metric must return a scalar tensor")
+            value.backward()
+        rows = [(kept[p] * kept[p].grad).sum(dim=(0, 2, 3)).abs() for p in paths]  # (heads,)
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return torch.stack(rows).detach()  # (layers, heads)
