@@ -3,7 +3,7 @@
 * ``reader`` (the default, for self-learners): exercise solutions in dropdowns.
 * ``student``: no solutions at all (for courses that grade the exercises).
 * ``instructor``: solutions shown open, plus the blocks written for instructors only
-  (answers to the discussion questions, rubrics), which pages mark with
+  (the teaching guide's answers, rubrics and reference results), which pages mark with
   ```` ```{only} instructor ```` (Sphinx's ``only`` directive; the edition is a Sphinx tag).
 
 Build one with, e.g., ``MULTIHEAD_EDITION=student jupyter-book build . --path-output
