@@ -267,3 +267,68 @@ def online_step(mu, ell, o, s, v):
 def absorbed_scores(x_query, W_Q, W_UK, latents):
     q_tilde = x_query @ W_Q @ W_UK.T  # (q, d_latent): the absorbed queries
     return q_tilde @ latents.T / math.sqrt(W_Q.shape[1])  # (q, n)
+
+
+# --- chapter 11 -----------------------------------------------------------------------------
+
+
+def rope(x, position, base=10000.0):
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)  # (d/2,)
+    c, s = torch.cos(position * theta), torch.sin(position * theta)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * c - b * s, a * s + b * c
+    return out
+
+
+def prefix_matching(pattern, L):
+    queries = torch.arange(L, 2 * L)
+    return pattern[queries, queries - L + 1].mean()
+
+
+def patch_head(model, clean, corrupted, metric, layer, head):
+    from multihead import run_with_cache, run_with_hooks
+
+    name = f"layers.{layer}.attn.z"
+    clean_logits, cache = run_with_cache(model, clean, names_filter=[name])
+    clean_z = cache[name]
+
+    def put(z, _name):
+        z = z.clone()
+        z[:, head] = clean_z[:, head]
+        return z
+
+    m_clean, m_bad = metric(clean_logits), metric(model(corrupted))
+    m_patched = metric(run_with_hooks(model, corrupted, fwd_hooks=[(name, put)]))
+    return float((m_patched - m_bad) / (m_clean - m_bad))
+
+
+def build_induction(vocab_size, seq_len, beta=20.0, gamma=20.0):
+    from multihead.core.decoder import Decoder
+
+    V, n = vocab_size, seq_len
+    tok, pos, prev, out = (
+        slice(0, V),
+        slice(V, V + n),
+        slice(V + n, 2 * V + n),
+        slice(2 * V + n, 3 * V + n),
+    )
+    model = Decoder(V, n, 3 * V + n, 2, 1, d_head=max(V, n), mlp=False, norm=False)
+    scale = math.sqrt(max(V, n))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.embed.weight[:, tok] = torch.eye(V)
+        model.pos.weight[:, pos] = torch.eye(n)
+        a0, a1 = model.layers[0].attn, model.layers[1].attn
+        a0.W_Q[0, pos, :n] = beta * scale * torch.eye(n)
+        a0.W_K[0, pos, :n] = torch.eye(n).roll(1, dims=1)
+        a0.W_V[0, tok, :V] = torch.eye(V)
+        a0.W_O[0, :V, prev] = torch.eye(V)
+        a1.W_Q[0, tok, :V] = gamma * scale * torch.eye(V)
+        a1.W_K[0, prev, :V] = torch.eye(V)
+        a1.W_V[0, tok, :V] = torch.eye(V)
+        a1.W_O[0, :V, out] = torch.eye(V)
+        model.unembed.weight[:, out] = torch.eye(V)
+    return model

@@ -30,9 +30,6 @@ ALLOWED = {
 # rule.)
 SUPPORT = {"_checks", "tasks.lexicon", "exercises._common"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
-# chapter 11's modules (rotary positions, the repeated-segment task, circuits and scores,
-# activation patching), until its notebook is in CHAPTERS
-SUPPORT |= {"core.rotary", "tasks.repeats", "analysis.circuits", "interventions.patching"}
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:

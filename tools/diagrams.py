@@ -188,11 +188,13 @@ CHAPTER_NODES = {
     "8": ("8", "DropHead", "IV"),
     "9": ("9", "The heads of a real\npretrained Transformer", "V"),
     "10": ("10", "Sharing keys\nand values", "VI"),
+    "11": ("11", "Heads in a decoder\nas circuits", "VI"),
 }
 # (earlier, later): the later chapter uses what the earlier one teaches
 CHAPTER_EDGES = [
     ("1", "2"), ("1", "3"), ("3", "4"), ("1", "P"), ("P", "5"), ("2", "6"), ("5", "6"),
     ("5", "7"), ("6", "8"), ("7", "8"), ("5", "9"), ("6", "9"), ("7", "9"), ("4", "10"),
+    ("10", "11"),
 ]  # fmt: skip
 
 
@@ -201,11 +203,13 @@ def chapter_dependencies() -> Figure:
 
     Shapes: none.
     """
+    lift = 1.5  # part VI's second row sits below the rest
     pos = {
         "1": (3.9, 6.9), "2": (1.35, 5.4), "3": (3.9, 5.4), "P": (6.45, 5.4),
         "4": (3.9, 3.9), "5": (6.45, 3.9), "6": (1.35, 2.4), "7": (5.15, 2.4),
-        "8": (1.35, 0.9), "9": (6.45, 0.9), "10": (3.9, 0.9),
+        "8": (1.35, 0.9), "9": (6.45, 0.9), "10": (3.9, 0.9), "11": (3.9, 0.9 - lift),
     }  # fmt: skip
+    pos = {key: (x, y + lift) for key, (x, y) in pos.items()}
     parts = {
         "I": ("blue", "I. Mechanics"),
         "II": ("orange", "II. Capacity of a head"),
@@ -215,7 +219,7 @@ def chapter_dependencies() -> Figure:
         "V": ("vermillion", "V. At scale"),
         "VI": ("sky", "VI. Today's models"),
     }
-    fig, ax = canvas(7.8, 8.6)
+    fig, ax = canvas(7.8, 8.6 + lift)
     w, h = 2.2, 0.95
     for a, b in CHAPTER_EDGES:
         (x0, y0), (x1, y1) = pos[a], pos[b]
@@ -236,7 +240,7 @@ def chapter_dependencies() -> Figure:
         note(ax, x, y + 0.27, head, zorder=4)
         text(ax, x, y - 0.1, title, SMALL + 0.5, linespacing=1.1, zorder=4)
     for k, (fill, name) in enumerate(parts.values()):
-        x, y = 0.3 + (k % 3) * 2.55, 8.35 - (k // 3) * 0.4
+        x, y = 0.3 + (k % 3) * 2.55, 8.35 + lift - (k // 3) * 0.4
         square = Rectangle((x, y - 0.12), 0.24, 0.24, facecolor=tint(fill, 0.25))
         ax.add_patch(square)
         square.set_edgecolor(PALETTE[fill])

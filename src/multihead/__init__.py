@@ -95,6 +95,12 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "core.sharing", "core.tiles", "core.train", "tasks.recall", "analysis.kvcost",
         "analysis.verdict", "viz.claims", "viz.glue", "exercises",
     ),
+    "11_circuits": (
+        "core.config", "core.decoder", "core.hooks", "core.positions", "core.rotary",
+        "core.runtime", "core.train", "tasks.repeats", "analysis.circuits", "analysis.metrics",
+        "analysis.verdict", "interventions.patching", "viz.claims", "viz.glue", "viz.headview",
+        "exercises",
+    ),
 }  # fmt: skip
 
 __all__ = [

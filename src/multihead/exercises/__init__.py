@@ -53,6 +53,12 @@ from multihead.exercises.ch10 import (
     check_llama3_cache_bytes,
     check_online_step,
 )
+from multihead.exercises.ch11 import (
+    check_induction_build,
+    check_patch_head,
+    check_prefix_matching,
+    check_rope,
+)
 from multihead.exercises.primer import (
     check_causal_mask,
     check_prenorm_block,
@@ -72,6 +78,7 @@ __all__ = [
     "check_group_kv",
     "check_hard_concrete",
     "check_head_confidence",
+    "check_induction_build",
     "check_invisible_mixing",
     "check_js_divergence",
     "check_layer_spread",
@@ -82,10 +89,13 @@ __all__ = [
     "check_mha_parameter_count",
     "check_min_key_size",
     "check_online_step",
+    "check_patch_head",
     "check_positional_share",
     "check_post_mix",
+    "check_prefix_matching",
     "check_prenorm_block",
     "check_realize_rows",
+    "check_rope",
     "check_sinusoidal",
     "check_subject_head",
     "check_swap_heads",
