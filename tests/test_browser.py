@@ -161,13 +161,16 @@ def _edition_page(page: str) -> bool:
 
 def _glue_roles(page: str, edition: str) -> tuple[int, int]:
     """(text glue roles, figure glue roles) in the page's MyST source, if it is a book page;
-    in the student edition, not counting those inside solutions."""
+    in the student edition, not counting those inside solutions, and outside the instructor
+    edition, not counting those inside its ``{only} instructor`` blocks."""
     source = ROOT / Path(page).with_suffix(".md")
     if not source.exists():
         return 0, 0
     text = source.read_text()
     if edition == "student":
         text = re.sub(r"(?ms)^(:{3,})\{solution\}.*?^\1$", "", text)
+    if edition != "instructor":
+        text = re.sub(r"(?ms)^([`:]{3,})\{only\} instructor$.*?^\1$", "", text)
     return len(re.findall(r"\{glue:text\}", text)), len(re.findall(r"\{glue(:figure)?\}", text))
 
 
