@@ -48,6 +48,14 @@ def _layer_paths(model: nn.Module, arg: str, template: object) -> list[str]:
     return paths
 
 
+def _head_paths(model: nn.Module, layers_path: object, hook: object) -> list[str]:
+    """The per-head hook point ``hook`` of every layer's attention at ``layers_path``."""
+    if not isinstance(hook, str) or not hook:
+        raise TypeError(f"hook must be the name of a hook point such as 'z', got {hook!r}")
+    template = f"{layers_path}.{hook}" if isinstance(layers_path, str) else layers_path
+    return _layer_paths(model, "layers_path", template)
+
+
 def _inputs(clean: object, corrupted: object) -> None:
     for name, x in (("clean", clean), ("corrupted", corrupted)):
         if not isinstance(x, Tensor):
@@ -144,10 +152,7 @@ def patch_heads(
     Shapes: clean, corrupted (batch, seq) token ids (any input the model takes, of one
     shape), positions (n,) indices into seq -> (layers, heads).
     """
-    if not isinstance(hook, str) or not hook:
-        raise TypeError(f"hook must be the name of a hook point such as 'z', got {hook!r}")
-    template = f"{layers_path}.{hook}" if isinstance(layers_path, str) else layers_path
-    paths = _layer_paths(model, "layers_path", template)
+    paths = _head_paths(model, layers_path, hook)
     _inputs(clean, corrupted)
     where = _positions(positions, clean.shape[1])
 
@@ -202,10 +207,7 @@ def ablate_heads(
     if not isinstance(tokens, Tensor):
         raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
     check_callable("metric", metric, "metric(logits) -> scalar tensor")
-    if not isinstance(hook, str) or not hook:
-        raise TypeError(f"hook must be the name of a hook point such as 'z', got {hook!r}")
-    template = f"{layers_path}.{hook}" if isinstance(layers_path, str) else layers_path
-    paths = _layer_paths(model, "layers_path", template)
+    paths = _head_paths(model, layers_path, hook)
     with _evaluating(model):
         _, cache = run_with_cache(model, tokens, names_filter=paths)
         out = torch.zeros(len(paths), cache[paths[0]].shape[1])
@@ -240,8 +242,7 @@ def head_gradients(
     if not isinstance(tokens, Tensor):
         raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
     check_callable("metric", metric, "metric(logits) -> scalar tensor")
-    template = f"{layers_path}.{hook}" if isinstance(layers_path, str) else layers_path
-    paths = _layer_paths(model, "layers_path", template)
+    paths = _head_paths(model, layers_path, hook)
     kept: dict[str, Tensor] = {}
 
     def keep(z: Tensor, name: str) -> Tensor:
