@@ -16,7 +16,8 @@ import argparse
 import torch
 
 from multihead.analysis.cost import attention_cost
-from multihead.core.attention import MultiHeadAttention, to_torch_multihead
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.convert import to_torch_multihead
 from multihead.timing import median_times
 
 CONFIGS = [

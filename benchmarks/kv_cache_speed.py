@@ -17,7 +17,7 @@ import argparse
 
 import torch
 
-from multihead.analysis.kvcost import kv_cache_bytes, latent_cache_bytes
+from multihead.analysis.cost import kv_cache_bytes, latent_cache_bytes
 from multihead.core.decoder import Decoder
 from multihead.timing import median_times
 

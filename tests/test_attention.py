@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from multihead.core.attention import MultiHeadAttention, attention_pattern, to_torch_multihead
+from multihead.core.attention import MultiHeadAttention, attention_pattern
+from multihead.core.convert import to_torch_multihead
 from multihead.core.hooks import (
     add_hooks,
     hooks,

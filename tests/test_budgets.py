@@ -1,13 +1,17 @@
-"""The package's size budgets (DESIGN section 2): the model core a student reads stays within
-1,100 lines, and every module stays readable top to bottom, 450 lines at most."""
+"""The package's size budgets (DESIGN section 2): the model core a student reads (both model
+families: the attention kernel and layers, the cache, hooks, configs, positions, the encoder
+and decoder models) stays within 1,700 lines, and every module stays readable top to bottom,
+450 lines at most."""
 
 from pathlib import Path
 
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "multihead"
-CORE_READING_PATH = ("attention", "hooks", "model", "talking_heads", "config")
-CORE_BUDGET = 1_100
+CORE_READING_PATH = (
+    "attention", "latent", "cache", "hooks", "config", "positions", "rotary", "model", "decoder"
+)  # fmt: skip
+CORE_BUDGET = 1_700
 MODULE_BUDGET = 450
 
 

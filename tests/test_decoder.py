@@ -1,12 +1,13 @@
 import pytest
 import torch
 
-from multihead.analysis.kvcost import kv_cache_bytes, latent_cache_bytes
+from multihead.analysis.cost import kv_cache_bytes, latent_cache_bytes
+from multihead.core.attention import GroupedQueryAttention
 from multihead.core.config import TrainConfig
 from multihead.core.decoder import Decoder
 from multihead.core.hooks import run_with_cache, stack_layers
+from multihead.core.latent import LatentAttention
 from multihead.core.model import count_parameters
-from multihead.core.sharing import GroupedQueryAttention, LatentAttention
 from multihead.core.train import IGNORE, token_loss, train
 
 VOCAB, MAX_LEN = 13, 16
@@ -84,11 +85,14 @@ def test_the_cache_holds_the_bytes_the_formulas_count():
             n_layers=2, n_kv_heads=KINDS[kind]["n_kv_heads"], d_head=4, n_tokens=9, batch=3,
             bytes_per_value=4,
         )  # fmt: skip
-        assert sum(c.nbytes() for c in cache) == want == 9 * 3 * model.cache_bytes_per_token(4)
+        assert sum(c.nbytes() for c in cache) == want
+        shape = model.cache_shape()
+        assert want == kv_cache_bytes(**shape, n_tokens=9, batch=3, bytes_per_value=4)
     model = _decoder("mla", dtype=torch.float32)
     _, cache = _decode(model, tokens, pad, [1] * 9)
     want = latent_cache_bytes(n_layers=2, d_latent=6, n_tokens=9, batch=3, bytes_per_value=4)
-    assert sum(c.nbytes() for c in cache) == want == 9 * 3 * model.cache_bytes_per_token(4)
+    assert sum(c.nbytes() for c in cache) == want
+    assert want == latent_cache_bytes(**model.cache_shape(), n_tokens=9, batch=3, bytes_per_value=4)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -170,12 +174,10 @@ def test_bad_arguments_name_themselves():
         Decoder(VOCAB, MAX_LEN, 16, 0, 4)
     with pytest.raises(ValueError, match="dropout"):
         Decoder(VOCAB, MAX_LEN, 16, 2, 4, dropout=1.0)
-    with pytest.raises(ValueError, match="bytes_per_value"):
-        model.cache_bytes_per_token(0)
 
 
 def test_convert_decoder_pools_groups_and_is_exact_at_full_size():
-    from multihead.core.decoder import convert_decoder
+    from multihead.core.convert import convert_decoder
 
     torch.manual_seed(0)
     model = Decoder(12, 10, 16, 2, 4).double().eval()

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from multihead.core.config import TrainConfig
-from multihead.core.decoder import Decoder, convert_decoder
+from multihead.core.convert import convert_decoder
+from multihead.core.decoder import Decoder
 from multihead.core.hooks import run_with_cache
 from multihead.core.model import count_parameters
 from multihead.core.positions import sinusoidal_positions

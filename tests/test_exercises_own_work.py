@@ -12,10 +12,9 @@ import exercise_answers as answers
 import pytest
 
 from multihead import exercises as ex
-from multihead.analysis.cost import attention_cost
+from multihead.analysis.cost import attention_cost, kv_cache_bytes
 from multihead.analysis.diversity import distinctness, js_logit_bound, logit_gap
 from multihead.analysis.diversity import within_layer_spread as spread
-from multihead.analysis.kvcost import kv_cache_bytes
 from multihead.analysis.lowrank import min_key_size, realize
 from multihead.analysis.metrics import classical_mds, head_confidence, js_divergence
 from multihead.core.attention import MultiHeadAttention, attention_pattern, blocked
@@ -65,7 +64,7 @@ WRAPPERS = [  # (checker, a one-line wrapper of the package's answer, the name r
     (ex.check_prenorm_block, lambda layer, x: layer(x), "core.model.Layer.forward"),
     (ex.check_llama3_cache_bytes,
      lambda: kv_cache_bytes(n_layers=32, n_kv_heads=8, d_head=128, n_tokens=8192),
-     "analysis.kvcost.kv_cache_bytes"),
+     "analysis.cost.kv_cache_bytes"),
 ]  # fmt: skip
 
 

@@ -28,7 +28,7 @@ ALLOWED = {
 # Modules no notebook imports directly: they serve the others. (The repository's tools/, the
 # notebook runner, the seed sweep and the diagram generator, are outside the package and this
 # rule.)
-SUPPORT = {"_checks", "tasks.lexicon", "exercises._common"}
+SUPPORT = {"_checks", "tasks.lexicon", "exercises._common", "core.cache"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
 
 

@@ -3,10 +3,12 @@ import math
 import pytest
 import torch
 
+from multihead.core.attention import GroupedQueryAttention, MultiHeadAttention
+from multihead.core.cache import KVCache
+from multihead.core.convert import regroup
 from multihead.core.hooks import run_with_cache
 from multihead.core.positions import offset_map, sinusoidal_positions
 from multihead.core.rotary import rotary_matrix, rotate
-from multihead.core.sharing import GroupedQueryAttention, KVCache, gqa_as_mha
 
 
 def _vectors(*shape, seed=0):
@@ -116,8 +118,9 @@ def test_rotary_gqa_hooks_record_rotated_queries_and_keys_and_differs_from_plain
     gqa.rotary = True
     assert (gqa(x, causal=True) - plain).abs().max() > 1e-3
     assert "rotary=True" in repr(gqa)
-    with pytest.raises(ValueError, match="rotary"):
-        gqa_as_mha(gqa)
+    full = regroup(gqa, gqa.n_heads)  # rotary stays a setting of the grouped layer
+    assert full.rotary and not isinstance(full, MultiHeadAttention)
+    assert (full(x, causal=True) - gqa(x, causal=True)).abs().max() < 1e-12
 
 
 def test_rotary_attention_is_invariant_to_shifting_every_position():

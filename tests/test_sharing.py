@@ -1,16 +1,12 @@
 import pytest
 import torch
 
-from multihead.core.attention import MultiHeadAttention, attention_pattern
+from multihead.core.attention import GroupedQueryAttention, MultiHeadAttention, attention_pattern
+from multihead.core.cache import KVCache
+from multihead.core.convert import regroup
 from multihead.core.hooks import run_with_cache, run_with_hooks
+from multihead.core.latent import LatentAttention
 from multihead.core.model import count_parameters
-from multihead.core.sharing import (
-    GroupedQueryAttention,
-    KVCache,
-    LatentAttention,
-    gqa_as_mha,
-    mha_to_gqa,
-)
 from multihead.core.tiles import tiled_attention
 
 PAD = torch.tensor([[True, True] + [False] * 5, [False] * 7])  # left padding in example 0
@@ -65,7 +61,8 @@ def test_gqa_with_every_head_its_own_kv_is_multi_head_attention(kw):
 def test_gqa_is_multi_head_attention_with_tied_key_value_heads(n_kv_heads):
     gqa = _gqa(n_heads=4, n_kv_heads=n_kv_heads)
     gqa.head_mask[1] = 0.0
-    mha = gqa_as_mha(gqa)
+    mha = regroup(gqa, 4)
+    assert type(mha) is MultiHeadAttention
     x = torch.randn(2, 7, 16)
     for kw in MASKS:
         assert (gqa(x, **kw) - mha(x, **kw)).abs().max() < 1e-6, kw
@@ -92,10 +89,10 @@ def test_head_mask_silences_a_head():
     assert (masked - hooked).abs().max() < 1e-6
 
 
-def test_mha_to_gqa_mean_pools_and_first_picks_within_groups():
+def test_regroup_mean_pools_and_first_picks_within_groups():
     torch.manual_seed(0)
     mha = _random_biases(MultiHeadAttention(16, 4))
-    mean, first = mha_to_gqa(mha, 2), mha_to_gqa(mha, 2, how="first")
+    mean, first = regroup(mha, 2), regroup(mha, 2, how="first")
     for gqa in (mean, first):
         for name in ("W_Q", "b_Q", "W_O", "b_O"):
             assert torch.equal(getattr(gqa, name), getattr(mha, name))
@@ -103,8 +100,8 @@ def test_mha_to_gqa_mean_pools_and_first_picks_within_groups():
         heads = getattr(mha, name)
         assert torch.allclose(getattr(mean, name)[1], (heads[2] + heads[3]) / 2)
         assert torch.equal(getattr(first, name)[1], heads[2])
-    assert mha_to_gqa(mha, 1).W_K.shape == (1, 16, 4)
-    exact = mha_to_gqa(mha, 4)
+    assert regroup(mha, 1).W_K.shape == (1, 16, 4)
+    exact = regroup(mha, 4)
     x = torch.randn(2, 7, 16)
     for kw in MASKS:
         assert (exact(x, **kw) - mha(x, **kw)).abs().max() < 1e-6, kw
@@ -207,13 +204,13 @@ def test_bad_arguments_name_themselves():
         tiled_attention(q, q, q, tile=2, mask=torch.zeros(3, 3))
     mha = MultiHeadAttention(16, 4)
     with pytest.raises(ValueError, match="how"):
-        mha_to_gqa(mha, 2, how="x")
+        regroup(mha, 2, how="x")
     with pytest.raises(ValueError, match="n_kv_heads"):
-        mha_to_gqa(mha, 3)
-    with pytest.raises(ValueError, match="d_key"):
-        mha_to_gqa(MultiHeadAttention(16, 4, d_key=3), 2)
-    with pytest.raises(TypeError, match="gqa"):
-        gqa_as_mha(mha)
+        regroup(mha, 3)
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        regroup(regroup(MultiHeadAttention(24, 12), 4), 6)  # 6 and 4: neither divides the other
+    with pytest.raises(TypeError, match="layer"):
+        regroup(LatentAttention(16, 4, 6), 2)
     layer, x = _gqa(), torch.randn(2, 7, 16)
     with pytest.raises(TypeError, match="cache"):
         layer(x, cache=[KVCache()])

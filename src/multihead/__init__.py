@@ -31,8 +31,8 @@ from multihead.core.runtime import device, is_fast, pick, seed_everything
 # chapter -> the package modules its notebook imports (checked by tests/test_layers.py)
 CHAPTERS: dict[str, tuple[str, ...]] = {
     "01_mha_from_scratch": (
-        "core.attention", "core.config", "core.hooks", "core.model", "core.runtime",
-        "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics",
+        "core.attention", "core.config", "core.convert", "core.hooks", "core.model",
+        "core.runtime", "core.train", "tasks.synthetic", "analysis.cost", "analysis.metrics",
         "analysis.verdict", "viz.glue", "viz.claims", "viz.headview", "viz.plotting",
         "viz.widgets", "exercises",
     ),
@@ -91,9 +91,9 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "pretrained.coreference", "exercises",
     ),
     "10_kv_sharing": (
-        "core.attention", "core.config", "core.decoder", "core.model", "core.runtime",
-        "core.sharing", "core.tiles", "core.train", "tasks.recall", "analysis.kvcost",
-        "analysis.verdict", "viz.claims", "viz.glue", "exercises",
+        "core.attention", "core.config", "core.convert", "core.decoder", "core.latent",
+        "core.model", "core.runtime", "core.tiles", "core.train", "tasks.recall",
+        "analysis.cost", "analysis.verdict", "viz.claims", "viz.glue", "exercises",
     ),
     "11_circuits": (
         "core.config", "core.decoder", "core.hooks", "core.positions", "core.rotary",

@@ -190,11 +190,30 @@ def check_callable(name: str, value: Any, usage: str) -> Any:
     return value
 
 
+def check_even(name: str, value: Any, why: str) -> int:
+    """Return ``value`` if it is an even positive int, else raise naming ``name`` and ``why``
+    it must be even (e.g. ``"for sinusoidal positions, which come in (sin, cos) pairs"``)."""
+    check_positive_int(name, value)
+    if value % 2:
+        raise ValueError(f"{name}={value} must be even {why}; choose an even size")
+    return value
+
+
 def check_attention_inputs(
-    d_model: int, query: Any, key: Any, value: Any, key_padding_mask: Any, causal: Any
+    d_model: int,
+    query: Any,
+    key: Any,
+    value: Any,
+    key_padding_mask: Any,
+    causal: Any,
+    *,
+    cached: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Check the inputs of an attention layer of width ``d_model``; ``key`` defaults to
-    ``query`` and ``value`` to ``key``. Returns ``(query, key, value)``.
+    ``query`` and ``value`` to ``key``. Returns ``(query, key, value)``. A layer that
+    continues a cache of past tokens (``cached``) attends to itself, and its new tokens may
+    all be padding (left padding decoded token by token: the past decides); otherwise a
+    ``key_padding_mask`` that masks every key of an example is an error.
 
     Shapes: query (batch, q_len, d_model), key/value (batch, k_len, d_model),
     key_padding_mask (batch, k_len), True at padding keys.
@@ -212,31 +231,9 @@ def check_attention_inputs(
         raise ValueError(f"value has shape {tuple(value.shape)}, expected {tuple(key.shape)}")
     if key_padding_mask is not None:
         check_bool_mask("key_padding_mask", key_padding_mask, (batch, k_len), "True at padding")
-        if key_padding_mask.all(dim=1).any():
-            raise ValueError("key_padding_mask masks every key of some example")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if causal and q_len != k_len:
-        raise ValueError(f"causal=True needs q_len == k_len, got {q_len} and {k_len}")
-    return query, key, value
-
-
-def check_self_attention_inputs(
-    d_model: int, x: Any, key_padding_mask: Any, causal: Any, *, cached: bool
-) -> Tensor:
-    """Check the inputs of a self-attention layer of width ``d_model`` that may continue a
-    cache of past tokens (``cached``). Without a cache, a ``key_padding_mask`` that masks every
-    token of an example is an error (as in ``check_attention_inputs``); with one, the new
-    tokens may all be padding (left padding decoded token by token): the past decides.
-
-    Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq), True at padding.
-    """
-    x = check_tensor("x", x, ndim=3, layout="(batch, seq, d_model)")
-    if x.shape[2] != d_model:
-        raise ValueError(f"x has last dimension {x.shape[2]}, expected d_model={d_model}")
-    if key_padding_mask is not None:
-        check_bool_mask("key_padding_mask", key_padding_mask, x.shape[:2], "True at padding")
         if not cached and key_padding_mask.all(dim=1).any():
             raise ValueError("key_padding_mask masks every key of some example")
     check_bool("causal", causal)
-    return x
+    if causal and q_len != k_len:
+        raise ValueError(f"causal=True needs q_len == k_len, got {q_len} and {k_len}")
+    return query, key, value

@@ -21,30 +21,26 @@ answer is the one a forward pass over the whole sequence gives at those position
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import Tensor, nn
 
 from multihead._checks import (
     check_bool,
     check_choice,
+    check_even,
     check_int,
     check_positive_int,
     check_probability,
 )
+from multihead.core.attention import GroupedQueryAttention
+from multihead.core.cache import KVCache
 from multihead.core.hooks import HookPoint
+from multihead.core.latent import LatentAttention
 from multihead.core.model import FeedForward, check_tokens, init_model
 from multihead.core.positions import sinusoidal_positions
-from multihead.core.sharing import (
-    GroupedQueryAttention,
-    KVCache,
-    LatentAttention,
-    gqa_as_mha,
-    mha_to_gqa,
-)
 
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+SINUSOIDAL = "for positions='sinusoidal' (sin, cos pairs)"
 
 
 class Block(nn.Module):
@@ -165,7 +161,7 @@ class Decoder(nn.Module):
         if positions == "learned":
             self.pos = nn.Embedding(max_len, d_model)
         elif positions == "sinusoidal":  # fixed: a buffer, not saved in the state dict
-            pe = sinusoidal_positions(max_len, check_even_width(d_model))
+            pe = sinusoidal_positions(max_len, check_even("d_model", d_model, SINUSOIDAL))
             self.register_buffer("pos_table", pe, persistent=False)  # (max_len, d_model)
         self.layers = nn.ModuleList(
             Block(attention(), d_model, d_ff, dropout, mlp=mlp, norm=norm) for _ in range(n_layers)
@@ -255,52 +251,11 @@ class Decoder(nn.Module):
             new, new_mask = token, None
         return tokens
 
-    def cache_bytes_per_token(self, bytes_per_value: int = 2) -> int:
-        """Bytes the cache grows by per token and sequence, over all layers: keys and values
-        of ``n_kv_heads`` heads (``2 n_layers n_kv_heads d_head``) or one latent per layer
-        (``n_layers d_latent``) values, ``bytes_per_value`` each (2 for 16-bit floats).
-
-        Shapes: none.
-        """
-        check_positive_int("bytes_per_value", bytes_per_value)
+    def cache_shape(self) -> dict[str, int]:
+        """What the cache keeps per token: ``n_layers`` and ``n_kv_heads``, ``d_head`` (keys and
+        values of grouped-query layers) or ``d_latent`` (latent layers), the arguments of
+        ``analysis.cost.kv_cache_bytes`` or ``latent_cache_bytes``. Shapes: none."""
         attn = self.layers[0].attn
         if isinstance(attn, LatentAttention):
-            per_layer = attn.d_latent
-        else:
-            per_layer = 2 * attn.n_kv_heads * attn.d_head
-        return len(self.layers) * per_layer * bytes_per_value
-
-
-@torch.no_grad()
-def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Decoder:
-    """A copy of a trained grouped-query ``decoder`` whose every layer has ``n_kv_heads``
-    key/value heads: each new head is the mean of the key/value heads of its group
-    (``how="mean"``, Ainslie et al. 2023) or the group's first (``how="first"``). Everything
-    else is copied; ``n_kv_heads`` must divide the query heads, and the conversion is exact
-    when it equals them.
-
-    Shapes: none (returns a model computing (batch, seq) -> (batch, seq, vocab_size)).
-    """
-    if not isinstance(decoder, Decoder):
-        raise TypeError(f"decoder must be a Decoder, got {type(decoder).__name__}")
-    check_choice("how", how, ("mean", "first"))
-    new = copy.deepcopy(decoder)
-    for layer in new.layers:
-        if not isinstance(layer.attn, GroupedQueryAttention):
-            raise TypeError("decoder must have grouped-query layers, not latent attention")
-        rotary, layer.attn.rotary = layer.attn.rotary, False  # the copy's: pool the weights
-        layer.attn = mha_to_gqa(gqa_as_mha(layer.attn), n_kv_heads, how=how)
-        layer.attn.rotary = rotary  # then rotate as before (d_head is unchanged)
-    return new
-
-
-def check_even_width(d_model: int) -> int:
-    """Return ``d_model`` if it is even: sinusoidal encodings come in (sin, cos) pairs.
-
-    Shapes: none.
-    """
-    if d_model % 2:
-        raise ValueError(
-            f"d_model={d_model} must be even for positions='sinusoidal' (sin, cos pairs)"
-        )
-    return d_model
+            return {"n_layers": len(self.layers), "d_latent": attn.d_latent}
+        return {"n_layers": len(self.layers), "n_kv_heads": attn.n_kv_heads, "d_head": attn.d_head}

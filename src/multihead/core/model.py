@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_choice, check_number
-from multihead.core.attention import MultiHeadAttention
+from multihead.core.attention import AttentionLayer, MultiHeadAttention
 from multihead.core.config import INIT_SCHEMES, ModelConfig
 from multihead.core.talking_heads import TalkingHeadsAttention
 
@@ -195,9 +195,10 @@ class EncoderDecoder(nn.Module):
 
 
 # ---------------------------------------------------------------------- init schemes
-def attention_modules(model: nn.Module) -> list[tuple[str, MultiHeadAttention]]:
-    """Every ``MultiHeadAttention`` in ``model`` with its path, in forward order."""
-    return [(n, m) for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
+def attention_modules(model: nn.Module) -> list[tuple[str, AttentionLayer]]:
+    """Every attention layer in ``model`` (multi-head, grouped-query, latent, talking-heads)
+    with its path, in forward order. Shapes: none."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, AttentionLayer)]
 
 
 @torch.no_grad()

@@ -15,14 +15,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from multihead._checks import check_int, check_number, check_positive_int
+from multihead._checks import check_even, check_int, check_number, check_positive_int
 
 
 def _check_width(d_model: object) -> int:
-    check_positive_int("d_model", d_model)
-    if d_model % 2:
-        raise ValueError(f"d_model={d_model} must be even: the encodings come in (sin, cos) pairs")
-    return d_model
+    return check_even(
+        "d_model", d_model, "for sinusoidal encodings, which come in (sin, cos) pairs"
+    )
 
 
 def frequencies(d_model: int, base: float = 10000.0, dtype: torch.dtype | None = None) -> Tensor:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from multihead._checks import check_int, check_int_tensor, check_positive_int, check_tensor
+from multihead._checks import check_even, check_int, check_int_tensor, check_tensor
 from multihead.core.positions import frequencies, offset_map
 
 
@@ -29,23 +29,29 @@ def check_d_head(d_head: object) -> int:
 
     Shapes: none.
     """
-    check_positive_int("d_head", d_head)
-    if d_head % 2:
-        raise ValueError(
-            f"d_head={d_head} must be even for rotary positions, which rotate coordinates in "
-            "pairs (2i, 2i + 1); choose an even head size"
-        )
-    return d_head
+    return check_even("d_head", d_head, "for rotary positions, which turn pairs (2i, 2i + 1)")
+
+
+def continue_positions(cache: object, n: int) -> Tensor:
+    """The positions of ``n`` new tokens that continue ``cache`` (a ``KVCache`` or None):
+    ``past, past + 1, ..., past + n - 1`` with ``past`` the tokens it holds (0 for None).
+
+    Shapes: -> (n,) long, on the CPU.
+    """
+    past = 0 if cache is None else cache.length
+    return torch.arange(past, past + n)
 
 
 def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) -> Tensor:
     """Rotate each vector of ``x`` at sequence index ``j`` by ``R_{positions[j]}``: pair
     ``(2i, 2i + 1)`` turns by the angle ``positions[j] * w_i``, ``w_i = base ** (-2i / d_head)``.
+    ``positions`` may also give each sequence of a batch its own positions (left padding).
 
-    The angles are computed in float64 and position 0 is exactly the identity.
+    The angles are computed in float64 on the CPU (some accelerators have no float64), then
+    cast to ``x``'s dtype and moved to its device; position 0 is exactly the identity.
 
-    Shapes: x (..., seq, d_head), e.g. (batch, heads, seq, d_head); positions (seq,) integers
-    -> like x.
+    Shapes: x (..., seq, d_head), e.g. (batch, heads, seq, d_head); positions (seq,) or
+    (batch, seq) integers, for x (batch, heads, seq, d_head) -> like x.
     """
     check_tensor("x", x, min_ndim=2, layout="(..., seq, d_head), e.g. (batch, heads, seq, d_head)")
     d_head = check_d_head(x.shape[-1])
@@ -54,15 +60,18 @@ def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) 
             raise TypeError(f"positions must be a tensor or list of ints, got {positions!r}")
         ints = [check_int(f"positions[{j}]", p) for j, p in enumerate(positions)]
         positions = torch.tensor(ints, dtype=torch.long)
-    check_int_tensor("positions", positions, ndim=1, layout="(seq,)")
-    if positions.shape[0] != x.shape[-2]:
+    check_int_tensor("positions", positions, layout="(seq,) or (batch, seq)")
+    per_batch = positions.ndim == 2 and x.ndim == 4 and positions.shape[0] == x.shape[0]
+    if positions.shape[-1] != x.shape[-2] or not (positions.ndim == 1 or per_batch):
         raise ValueError(
-            f"positions has {positions.shape[0]} entries, but x has seq={x.shape[-2]} "
-            "(one position per vector along the second to last dimension)"
+            f"positions has shape {tuple(positions.shape)}, but x has shape {tuple(x.shape)}: "
+            "give one position per vector along the second to last dimension, (seq,), or one "
+            "row per sequence, (batch, seq) for x (batch, heads, seq, d_head)"
         )
-    w = frequencies(d_head, base, torch.float64).to(x.device)  # (d_head // 2,)
-    angles = positions.to(device=x.device, dtype=torch.float64)[:, None] * w  # (seq, d_head // 2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    w = frequencies(d_head, base, torch.float64)  # (d_head // 2,)
+    angles = positions.cpu().to(torch.float64)[..., None] * w  # (..., seq, d_head // 2)
+    angles = angles[:, None] if per_batch else angles  # (batch, 1, seq, d_head // 2)
+    cos, sin = (f(angles).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin))
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., seq, d_head // 2) each
     # the column rule R_t x, pair by pair: (a, b) -> (a cos - b sin, a sin + b cos)
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)

@@ -151,8 +151,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
         pattern = self.pattern(key_softmax(logits))  # (b, h, q, k); a row with no key is 0
         mixed = pattern if self.P_w is None else self.mix(pattern, self.P_w)  # (b, h_v, q, k)
         mixed = self.mixed_pattern(mixed)
-        z = self.z(mixed @ v) * self.head_mask[:, None, None]  # (batch, h_v, q_len, d_value)
-        return self.write(z)
+        return self.write(mixed @ v)  # each value head's output, (batch, h_v, q_len, d_value)
 
     def extra_repr(self) -> str:
         return (

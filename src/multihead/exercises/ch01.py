@@ -8,20 +8,16 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from multihead.analysis import cost
-from multihead.core import attention, sharing, talking_heads
-from multihead.core.attention import (
-    MultiHeadAttention,
-    attention_pattern,
-    blocked,
-    to_torch_multihead,
-)
+from multihead.core import attention, convert, latent, talking_heads
+from multihead.core.attention import MultiHeadAttention, attention_pattern, blocked
+from multihead.core.convert import to_torch_multihead
 from multihead.core.hooks import run_with_cache
 from multihead.core.model import count_parameters
 from multihead.exercises._common import checker, ok, refuse_reference, require_callable
 
 # The package's attention layers already answer this chapter's exercises: an answer must not
 # call into them.
-_ATTENTION = (attention, sharing, talking_heads)
+_ATTENTION = (attention, convert, latent, talking_heads)
 
 # A query whose every key is blocked reads nothing: its output row is zero (the course's
 # convention, see multihead._checks), not nan.

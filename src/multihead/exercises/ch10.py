@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from multihead.analysis import kvcost
+from multihead.analysis import cost
 from multihead.exercises._common import checker, expect, ok, refuse_reference, require_callable
 
 LLAMA3_8B = {"n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "d_head": 128, "tokens": 8192}
@@ -23,7 +23,7 @@ def check_llama3_cache_bytes(answer: object) -> str:
     Shapes: none.
     """
     if callable(answer):
-        answer = refuse_reference(answer, kvcost)()  # kv_cache_bytes is the formula
+        answer = refuse_reference(answer, cost)()  # kv_cache_bytes is the formula
     c = LLAMA3_8B
     per_token = 2 * c["n_layers"] * c["n_kv_heads"] * c["d_head"] * 2
     want = per_token * c["tokens"]

@@ -12,7 +12,6 @@ from multihead.core.attention import attention_pattern, blocked
 from multihead.core.config import ModelConfig
 from multihead.core.model import Layer
 from multihead.core.positions import sinusoidal_positions
-from multihead.core.sharing import blocked_after
 from multihead.exercises._common import expect, ok, refuse_reference, require_callable
 
 _SINUSOIDAL = "column 2i of row t is sin(t / 10000 ** (2i / d_model)), column 2i + 1 its cos"
@@ -77,7 +76,7 @@ def check_causal_mask(fn: Callable) -> str:
     Shapes: -> (n, n) bool.
     """
     require_callable("fn", fn)
-    fn = refuse_reference(fn, blocked, blocked_after)
+    fn = refuse_reference(fn, blocked)
     gen = torch.Generator().manual_seed(5)
     for n in (4, 9, 1):  # n = 1 last: its one entry cannot tell the mistakes apart
         got = _tensor(_answer(fn, (n,), _CAUSAL), (n, n), f"the mask for n={n}")

@@ -1,6 +1,6 @@
 import pytest
 
-from multihead.analysis.kvcost import decode_step_costs, kv_cache_bytes, latent_cache_bytes
+from multihead.analysis.cost import decode_step_costs, kv_cache_bytes, latent_cache_bytes
 
 
 def test_kv_cache_bytes_counts_keys_and_values_of_every_layer():
