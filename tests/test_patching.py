@@ -251,12 +251,12 @@ def test_patching_the_induction_circuit():
     assert 0.3 < by_position[1, at] < 0.7 and 0.3 < by_position[1, after] < 0.7
 
 
-def test_head_gradients_are_the_first_order_change_of_removing_a_head():
+def test_first_order_ablation_is_the_first_order_change_of_removing_a_head():
     import torch.nn.functional as F
 
     from multihead.core.decoder import Decoder
     from multihead.core.hooks import run_with_hooks
-    from multihead.interventions.patching import head_gradients
+    from multihead.interventions.patching import first_order_ablation
 
     torch.manual_seed(0)
     model = Decoder(10, 8, 16, 2, 2, mlp=False, norm=False).double()
@@ -265,8 +265,11 @@ def test_head_gradients_are_the_first_order_change_of_removing_a_head():
     def metric(logits):
         return F.cross_entropy(logits[:, -1], x[:, 0])
 
-    grads = head_gradients(model, x, metric)
-    assert grads.shape == (2, 2) and bool((grads >= 0).all())
+    for p in model.parameters():  # the caller's gradients must survive
+        p.grad = torch.full_like(p, 7.0)
+    grads = first_order_ablation(model, x, metric)
+    assert grads.shape == (2, 2)
+    assert all(bool((p.grad == 7.0).all()) for p in model.parameters())
     eps = 1e-6
     for layer in range(2):
         for head in range(2):
@@ -283,5 +286,5 @@ def test_head_gradients_are_the_first_order_change_of_removing_a_head():
                     model, x, fwd_hooks=[(path, lambda z, n, h=head: scale(z, n, h, 1 - eps))]
                 )
             )
-            assert abs(abs((up - down).item() / (2 * eps)) - grads[layer, head].item()) < 1e-5
-    assert all(p.grad is None for p in model.parameters())
+            # d metric / d f at f = 1 is <z, d metric / dz>; zeroing z changes it by minus that
+            assert abs(-(up - down).item() / (2 * eps) - grads[layer, head].item()) < 1e-5

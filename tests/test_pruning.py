@@ -202,7 +202,7 @@ def test_bad_inputs():
         iterative_pruning(model, evaluate, score="importance")
     with pytest.raises(TypeError, match="model"):
         head_importance("model", batches(data), per_sentence_loss)
-    with pytest.raises(ValueError, match="no MultiHeadAttention"):
+    with pytest.raises(ValueError, match="no attention layer"):
         head_importance(torch.nn.Linear(2, 2), batches(data), per_sentence_loss)
     with pytest.raises(TypeError, match="per_example_loss"):
         head_importance(model, batches(data), "loss")

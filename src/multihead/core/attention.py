@@ -205,6 +205,12 @@ class AttentionLayer(nn.Module):
         """``heads`` as a list, after checking each is a head index. Shapes: none."""
         return [check_int(f"heads[{j}]", i, 0, self.n_heads) for j, i in enumerate(heads)]
 
+    def prune_heads(self, heads: Iterable[int]) -> None:
+        """Removing heads for good is defined by the layers that can slice their weights.
+        Shapes: none."""
+        raise ValueError(f"a {type(self).__name__} cannot be pruned head by head; mask heads "
+                         "instead (interventions.ablation.head_masks)")  # fmt: skip
+
 
 class GroupedQueryAttention(AttentionLayer):
     """Attention whose ``n_heads`` query heads share ``n_kv_heads`` key/value heads

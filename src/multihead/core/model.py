@@ -3,7 +3,8 @@ encoder-decoder, pre-norm by default, with named init schemes.
 
 Module paths (the keys of ``run_with_cache``):
 ``encoder.layers.{i}.attn``, ``decoder.layers.{i}.attn`` (causal self-attention) and
-``decoder.layers.{i}.cross_attn`` (decoder-encoder attention).
+``decoder.layers.{i}.cross_attn`` (decoder-encoder attention); ``encoder.layers.{i}.resid_pre``
+is the residual stream entering a layer.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import Tensor, nn
 from multihead._checks import check_choice, check_number
 from multihead.core.attention import AttentionLayer, MultiHeadAttention
 from multihead.core.config import INIT_SCHEMES, ModelConfig
+from multihead.core.hooks import HookPoint
 from multihead.core.talking_heads import TalkingHeadsAttention
 
 
@@ -50,6 +52,7 @@ class Layer(nn.Module):
     def __init__(self, cfg: ModelConfig, cross: bool = False) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
+        self.resid_pre = HookPoint()  # the residual stream entering the layer
         self.attn = _mha(cfg)
         self.cross_attn = _mha(cfg) if cross else None
         self.mlp = FeedForward(cfg.d_model, cfg.d_ff or 4 * cfg.d_model, cfg.dropout)
@@ -69,6 +72,7 @@ class Layer(nn.Module):
         memory: Tensor | None = None,
         memory_padding_mask: Tensor | None = None,
     ) -> Tensor:
+        x = self.resid_pre(x)
         x = self._sub(
             x,
             self.norms[0],

@@ -20,14 +20,15 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_callable, check_number, check_positive_int
-from multihead.core.attention import MultiHeadAttention
+from multihead.core.attention import AttentionLayer
 from multihead.core.model import attention_modules
 
 Masks = dict[str, Tensor]
 
 
-def attention_modules_of(model: object) -> dict[str, MultiHeadAttention]:
-    """The attention modules of ``model`` by path, or a clear error if it has none.
+def attention_modules_of(model: object) -> dict[str, AttentionLayer]:
+    """The attention layers of ``model`` by path (multi-head, grouped-query, latent or
+    talking-heads: every head tool works on each), or a clear error if it has none.
 
     Shapes: none.
     """
@@ -35,7 +36,10 @@ def attention_modules_of(model: object) -> dict[str, MultiHeadAttention]:
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     found = dict(attention_modules(model))
     if not found:
-        raise ValueError("model has no MultiHeadAttention module")
+        raise ValueError(
+            "model has no attention layer (a multihead.core.attention.AttentionLayer): the head "
+            "tools work on the course's encoders, encoder-decoders and decoders"
+        )
     return found
 
 

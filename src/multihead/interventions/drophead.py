@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_choice, check_int, check_positive_int, check_probability
-from multihead.core.attention import MultiHeadAttention
+from multihead.core.attention import AttentionLayer
 from multihead.core.hooks import HookHandles, add_hooks
 from multihead.core.model import attention_modules
 
@@ -47,13 +47,13 @@ def gate_moments(n_heads: int, p: float) -> dict[str, float]:
     }
 
 
-def head_outputs(attn: MultiHeadAttention, z: Tensor) -> Tensor:
+def head_outputs(attn: AttentionLayer, z: Tensor) -> Tensor:
     """What each head writes into the residual stream: ``z_i W_O^i`` (masks applied).
 
     Shapes: z (batch, heads, seq, d_value) -> (batch, heads, seq, d_model).
     """
-    if not isinstance(attn, MultiHeadAttention):
-        raise TypeError(f"attn must be a MultiHeadAttention, got {type(attn).__name__}")
+    if not isinstance(attn, AttentionLayer):
+        raise TypeError(f"attn must be an attention layer, got {type(attn).__name__}")
     if not isinstance(z, Tensor) or z.ndim != 4 or z.shape[1] != attn.n_heads:
         got = tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__
         raise ValueError(
@@ -143,7 +143,7 @@ class DropHead:
     def __init__(self, model: nn.Module, p: float) -> None:
         modules = attention_modules(model) if isinstance(model, nn.Module) else []
         if not modules:
-            raise ValueError("model must be a torch.nn.Module with MultiHeadAttention modules")
+            raise ValueError("model must be a torch.nn.Module with attention layers")
         self.p = check_probability("p", p)
         self._owners = {f"{path}.z": attn for path, attn in modules}
         self._handles: HookHandles = add_hooks(model, [(lambda n: n in self._owners, self._gate)])

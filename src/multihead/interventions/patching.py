@@ -9,13 +9,17 @@ for a scalar ``metric(logits)`` (a logit difference, the loss on some targets, .
 patched activation alone restores the clean metric, 0 when it changes nothing. ``patch_heads``
 patches one head's output at a time, ``patch_positions`` the residual stream at one layer and
 position at a time. *Ablation* (``ablate_heads``) replaces one head's output by its mean over
-the batch and positions, or by zero, and reports the metric.
+the batch and positions, or by zero, and reports the metric; ``ablated`` does it for a set of
+heads at once, and ``first_order_ablation`` estimates zero ablation of every head from one
+backward pass.
 
 Everything goes through the package's hooks (``run_with_cache``, ``run_with_hooks``). A head's
 output is the hook point ``z`` of its attention module, ``(batch, heads, seq, d_head)``, taken
 before ``W_O`` and the head mask; this works for ``core.decoder.Decoder`` (paths
-``layers.{i}.attn``) and for the encoder models (``encoder.layers.{i}.attn``). For a
-``MultiHeadAttention``, zero ablation equals masking the head (``ablation.head_masks``).
+``layers.{i}.attn``) and for the encoder models (``encoder.layers.{i}.attn``). Zero ablation
+equals masking the head (``ablation.head_masks``). The head axis is 1, as everywhere in the
+package (TransformerLens puts it at 2). Where query heads share a key/value head, a head is
+a query head: patching or ablating its ``z`` leaves the shared keys and values alone.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from multihead._checks import check_callable, check_choice, check_int_tensor
-from multihead.core.hooks import hook_points, run_with_cache, run_with_hooks
+from multihead.core.hooks import hook_points, hooks, run_with_cache, run_with_hooks
 
 Metric = Callable[[Tensor], Tensor]
 
@@ -73,7 +77,8 @@ def _value(metric: Metric, logits: object) -> float:
         return float(m.detach().reshape(()))
     if isinstance(m, (int, float)) and not isinstance(m, bool):
         return float(m)
-    raise TypeError(f"metric must return a scalar tensor, got {type(m).__name__} {m!r}")
+    got = f"shape {tuple(m.shape)}" if isinstance(m, Tensor) else type(m).__name__
+    raise TypeError(f"metric must return a scalar tensor, got {got}")
 
 
 def _positions(positions: object, seq: int) -> slice | Tensor:
@@ -225,7 +230,61 @@ def ablate_heads(
     return out
 
 
-def head_gradients(
+def head_means(
+    model: nn.Module,
+    tokens: Tensor,
+    *,
+    layers_path: str = "layers.{}.attn",
+    hook: str = "z",
+) -> dict[str, Tensor]:
+    """Each head's mean output on ``tokens``, over the batch and the positions: what mean
+    ablation puts in its place (``ablated``).
+
+    Shapes: tokens (batch, seq) -> {hook path: (heads, d)}.
+    """
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+    paths = _head_paths(model, layers_path, hook)
+    with _evaluating(model):
+        _, cache = run_with_cache(model, tokens, names_filter=paths)
+    return {path: cache[path].mean(dim=(0, 2)) for path in paths}  # (heads, d) each
+
+
+@contextmanager
+def ablated(
+    model: nn.Module,
+    heads: dict[str, Sequence[int]],
+    means: dict[str, Tensor] | None = None,
+) -> Iterator[nn.Module]:
+    """Run the body with a set of heads ablated together: the output of each listed head
+    (``heads`` maps a per-head hook path such as ``"layers.1.attn.z"`` to head indices) is
+    replaced by its mean (``means``, from ``head_means``) or, with ``means=None``, by zero.
+    The hooks are removed afterwards.
+
+    Shapes: heads {hook path: [head, ...]}, means {hook path: (heads, d)}.
+    """
+    if not isinstance(heads, dict):
+        raise TypeError(f"heads must be a dict {{hook path: [heads]}}, got {type(heads).__name__}")
+    points = hook_points(model)
+    for path, idx in heads.items():
+        if path not in points:
+            raise ValueError(f"heads has key {path!r}, which is not a hook point of the model")
+        if means is not None and path not in means:
+            raise ValueError(f"means has no entry for {path!r}; compute them with head_means")
+        if isinstance(idx, (str, bytes)) or not isinstance(idx, Sequence):
+            raise TypeError(f"heads[{path!r}] must be a list of head indices, got {idx!r}")
+
+    def ablate(z: Tensor, path: str) -> Tensor:
+        z, idx = z.clone(), list(heads[path])
+        # (batch, n, seq, d): the mean of each listed head, or zero
+        z[:, idx] = 0.0 if means is None else means[path][idx][None, :, None].to(z)
+        return z
+
+    with hooks(model, [(path, ablate) for path in heads]):
+        yield model
+
+
+def first_order_ablation(
     model: nn.Module,
     tokens: Tensor,
     metric: Metric,
@@ -233,9 +292,12 @@ def head_gradients(
     layers_path: str = "layers.{}.attn",
     hook: str = "z",
 ) -> Tensor:
-    """Gradient importance of every head (Michel et al. 2019, chapter 7): the first-order
-    change of ``metric`` when the head's output is removed, ``|sum z * d metric / d z|`` over
-    the batch, positions and dimensions of the head's output ``z``.
+    """The first-order estimate of how ``metric`` changes when each head's output is set to
+    zero (zero ablation), from one backward pass: ``-sum <z, d metric / d z>`` over the batch,
+    positions and dimensions of the head's output ``z`` (attribution patching with zero as the
+    corrupted value). Chapter 7's importance score differs: it takes the absolute value per
+    example before averaging (``pruning.head_importance``). The caller's gradients
+    (``.grad``) are left as they were.
 
     Shapes: tokens (batch, seq) -> (layers, heads).
     """
@@ -245,21 +307,19 @@ def head_gradients(
     paths = _head_paths(model, layers_path, hook)
     kept: dict[str, Tensor] = {}
 
-    def keep(z: Tensor, name: str) -> Tensor:
-        z.retain_grad()
+    def keep(z: Tensor, name: str) -> None:
         kept[name] = z
-        return z
 
     was_training = model.training
     model.eval()
     try:
         with torch.enable_grad():
             value = metric(run_with_hooks(model, tokens, fwd_hooks=[(p, keep) for p in paths]))
-            if not isinstance(value, Tensor) or value.ndim != 0:
-                raise TypeError("metric must return a scalar tensor")
-            value.backward()
-        rows = [(kept[p] * kept[p].grad).sum(dim=(0, 2, 3)).abs() for p in paths]  # (heads,)
+            if not isinstance(value, Tensor) or value.numel() != 1:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise TypeError(f"metric must return a scalar tensor, got {got}")
+            grads = torch.autograd.grad(value.reshape(()), [kept[p] for p in paths])
     finally:
-        model.zero_grad(set_to_none=True)
         model.train(was_training)
+    rows = [-(kept[p] * g).sum(dim=(0, 2, 3)) for p, g in zip(paths, grads, strict=True)]
     return torch.stack(rows).detach()  # (layers, heads)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from multihead._checks import check_callable, check_int, check_number
 from multihead.analysis.metrics import head_confidence
-from multihead.core.attention import MultiHeadAttention
+from multihead.core.attention import GroupedQueryAttention, MultiHeadAttention
 from multihead.core.config import TrainConfig
 from multihead.core.hooks import hooks
 from multihead.core.train import History, cached_train, train
@@ -235,7 +235,7 @@ def iterative_pruning(
 
 
 def prune_model(model: nn.Module, masks: Masks) -> nn.Module:
-    """Remove the heads with mask 0 for good (``MultiHeadAttention.prune_heads``), in place.
+    """Remove the heads with mask 0 for good (each layer's ``prune_heads``), in place.
 
     Modules missing from ``masks`` keep all their heads. Every mask is checked before any
     module is touched; a mask that removes every head of a module raises ``ValueError``.
@@ -358,12 +358,16 @@ _PER_HEAD = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")
 
 def _kept_heads(model: nn.Module) -> dict[str, Tensor] | None:
     """Which heads of each module to keep while a masked model trains: its unmasked heads,
-    or its first head if it has none. ``None`` where a module cannot be sliced (talking heads).
+    or its first head if it has none. ``None`` unless every module can be sliced head by head
+    (a multi-head layer: not talking heads, shared key/value heads or latent attention).
 
     Shapes: -> {path: (width,) head indices, ascending}.
     """
     modules = attention_modules_of(model)
-    if any(type(m) is not MultiHeadAttention for m in modules.values()):
+    if any(
+        type(m) not in (MultiHeadAttention, GroupedQueryAttention) or m.n_kv_heads != m.n_heads
+        for m in modules.values()
+    ):
         return None
     keep = {}
     for name, module in modules.items():
