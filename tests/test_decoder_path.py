@@ -1,0 +1,25 @@
+"""The decoder path wherever the course runs: a left-padded prompt decodes as the same prompt
+alone, rotary angles never need float64 on the model's device, the lowest accepted torch
+zeroes fully masked rows in its fused kernel, ``convert_decoder`` regroups directly, and a
+cache refuses a batch of another size."""
+
+import re
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB, MAX_LEN = 13, 16
+SCHEMES = ("learned", "sinusoidal", "rotary", "none")
+
+
+def test_the_lowest_torch_accepted_zeroes_fully_masked_rows_in_its_fused_kernel():
+    # SDPA returns zeros for a query that sees no key only since torch 2.5 (pytorch PR
+    # 133882, "call _safe_softmax from SDPA"); before, NaN, which left padding under a causal
+    # mask produces and the next layer spreads to every query. 2.5 also brings enable_gqa.
+    floor = re.search(r'"torch>=([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert tuple(map(int, floor.split("."))) >= (2, 5), f"pyproject.toml accepts torch {floor}"
+    q = torch.randn(1, 1, 2, 4)
+    blocked_all = torch.tensor([[False, False], [True, True]])  # "may attend": row 0 sees none
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=blocked_all)
+    assert (out[0, 0, 0] == 0).all()
