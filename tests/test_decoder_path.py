@@ -7,10 +7,26 @@ import re
 from pathlib import Path
 
 import torch
+from support.fake_device import FAKE, FakeAccelerator
+
+from multihead.core.rotary import rotate
+from multihead.core.sharing import GroupedQueryAttention
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB, MAX_LEN = 13, 16
 SCHEMES = ("learned", "sinusoidal", "rotary", "none")
+
+
+def test_rotary_angles_are_never_float64_on_the_device():
+    # MPS has no float64: the angles are computed on the CPU, then cast and moved
+    with FakeAccelerator() as fake:
+        x = torch.randn(2, 3, 5, 8).to(FAKE)
+        out = rotate(x, torch.arange(5).to(FAKE), base=100.0).cpu()
+        layer = GroupedQueryAttention(16, 4, 2, rotary=True).to(FAKE)
+        layer(torch.randn(2, 5, 16).to(FAKE), causal=True)
+        x = x.cpu()
+    assert not fake.float64, f"float64 tensors on the device: {fake.float64}"
+    assert torch.equal(out, rotate(x, torch.arange(5), base=100.0))
 
 
 def test_the_lowest_torch_accepted_zeroes_fully_masked_rows_in_its_fused_kernel():

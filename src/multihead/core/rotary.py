@@ -11,6 +11,16 @@ Our vectors are rows, so ``rotate(x, [t]) == x @ rotary_matrix(t).T``. ``R_t`` i
 offset map ``R_k`` of chapter 4b's theorem with ``k = t`` (``core.positions.offset_map``), so
 ``R_t^T R_s = R_{s - t}``: the score of a query rotated at ``t`` and a key rotated at ``s``
 is ``q R_{s - t} k^T`` (rows), a function of the offset ``s - t`` alone.
+
+Pairing. Hugging Face's Llama code (``rotate_half``) pairs coordinates ``(i, i + d_head/2)``
+instead: the same rotations after one fixed permutation of each head's coordinates, applied to
+queries and keys alike, so every score is unchanged. GGUF files of Llama-family models store
+``W_Q`` and ``W_K`` with their rows already interleaved in our order (llama.cpp's converter
+permutes them; transformers' GGUF loader undoes that), so ``multihead.pretrained.smollm``
+copies them as they are and permutes only weights that come from transformers.
+
+The angles are computed in float64 on the CPU and then cast to the vectors' dtype and moved
+to their device: MPS has no float64.
 """
 
 from __future__ import annotations
@@ -41,11 +51,12 @@ def check_d_head(d_head: object) -> int:
 def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) -> Tensor:
     """Rotate each vector of ``x`` at sequence index ``j`` by ``R_{positions[j]}``: pair
     ``(2i, 2i + 1)`` turns by the angle ``positions[j] * w_i``, ``w_i = base ** (-2i / d_head)``.
+    Positions ``(batch, seq)`` give each sequence its own (left padding).
 
-    The angles are computed in float64 and position 0 is exactly the identity.
+    The angles are computed in float64 on the CPU; position 0 is exactly the identity.
 
-    Shapes: x (..., seq, d_head), e.g. (batch, heads, seq, d_head); positions (seq,) integers
-    -> like x.
+    Shapes: x (..., seq, d_head), e.g. (batch, heads, seq, d_head); positions (seq,) integers,
+    or (batch, seq) with x (batch, heads, seq, d_head) -> like x.
     """
     check_tensor("x", x, min_ndim=2, layout="(..., seq, d_head), e.g. (batch, heads, seq, d_head)")
     d_head = check_d_head(x.shape[-1])
@@ -54,15 +65,21 @@ def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) 
             raise TypeError(f"positions must be a tensor or list of ints, got {positions!r}")
         ints = [check_int(f"positions[{j}]", p) for j, p in enumerate(positions)]
         positions = torch.tensor(ints, dtype=torch.long)
-    check_int_tensor("positions", positions, ndim=1, layout="(seq,)")
-    if positions.shape[0] != x.shape[-2]:
+    check_int_tensor("positions", positions, layout="(seq,) or (batch, seq)")
+    if positions.ndim not in (1, 2) or positions.shape[-1] != x.shape[-2]:
         raise ValueError(
-            f"positions has {positions.shape[0]} entries, but x has seq={x.shape[-2]} "
-            "(one position per vector along the second to last dimension)"
+            f"positions has shape {tuple(positions.shape)}, but x has seq={x.shape[-2]}: give "
+            "one position per vector along the second to last dimension, (seq,) or (batch, seq)"
         )
-    w = frequencies(d_head, base, torch.float64).to(x.device)  # (d_head // 2,)
-    angles = positions.to(device=x.device, dtype=torch.float64)[:, None] * w  # (seq, d_head // 2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if positions.ndim == 2 and (x.ndim != 4 or positions.shape[0] != x.shape[0]):
+        raise ValueError(
+            f"positions (batch, seq) needs x (batch, heads, seq, d_head), got {x.shape}"
+        )
+    w = frequencies(d_head, base, torch.float64)  # (d_head // 2,), on the CPU
+    angles = positions.to("cpu", torch.float64)[..., None] * w  # (..., seq, d_head // 2)
+    cos, sin = (f(angles).to(x.device, x.dtype) for f in (torch.cos, torch.sin))
+    if positions.ndim == 2:  # (batch, 1, seq, d_head // 2): the same for every head
+        cos, sin = cos[:, None], sin[:, None]
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., seq, d_head // 2) each
     # the column rule R_t x, pair by pair: (a, b) -> (a cos - b sin, a sin + b cos)
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
