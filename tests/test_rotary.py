@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from multihead.core.attention import project
 from multihead.core.hooks import run_with_cache
 from multihead.core.positions import offset_map, sinusoidal_positions
 from multihead.core.rotary import rotary_matrix, rotate
@@ -155,3 +156,18 @@ def test_the_half_split_pairing_is_the_same_rotation_after_a_permutation():
     cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
     rotated_half = half * cos + torch.cat([-half[..., d // 2 :], half[..., : d // 2]], -1) * sin
     assert torch.allclose(rotated_half[..., theirs_of_ours], rotate(x, t), atol=1e-12)
+
+
+def test_the_rope_base_is_a_setting_of_the_layer():
+    x = _vectors(2, 5, 16).float()
+    torch.manual_seed(0)
+    slow = GroupedQueryAttention(16, 4, 2, rotary=True, rope_base=1e5).eval()
+    torch.manual_seed(0)
+    default = GroupedQueryAttention(16, 4, 2, rotary=True).eval()
+    slow.materialize = default.materialize = True
+    _, cache = run_with_cache(slow, x, causal=True)
+    q = project(x, (slow.W_Q, slow.b_Q))[0]  # (batch, heads, seq, d_head)
+    assert torch.allclose(cache["q"], rotate(q, torch.arange(5), base=1e5), atol=1e-6)
+    assert (slow(x, causal=True) - default(x, causal=True)).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="rope_base"):
+        GroupedQueryAttention(16, 4, 2, rotary=True, rope_base=0.5)

@@ -30,6 +30,7 @@ from multihead._checks import (
     check_bool,
     check_bool_mask,
     check_choice,
+    check_number,
     check_positive_int,
     check_tensor,
 )
@@ -182,6 +183,8 @@ class GroupedQueryAttention(CachedAttention):
         bias: add biases to the four projections.
         rotary: rotate queries and keys by their positions after the projection (RoPE,
             ``core.rotary``; ``d_head`` must be even).
+        rope_base: the base of the rotary frequencies (10,000 in RoFormer; Llama-family
+            models often use larger ones).
 
     ``forward(x, *, key_padding_mask=None, causal=False, cache=None)``: with a ``KVCache`` the
     new keys and values (and padding mask) are appended to it and the queries attend over
@@ -202,9 +205,11 @@ class GroupedQueryAttention(CachedAttention):
         *,
         bias: bool = True,
         rotary: bool = False,
+        rope_base: float = 10000.0,
     ) -> None:
         d_head = head_sizes(d_model, n_heads, d_head, d_head)[0]
         check_positive_int("n_kv_heads", n_kv_heads)
+        rope_base = check_number("rope_base", rope_base, 1.0, None, "()")
         if check_bool("rotary", rotary):
             check_d_head(d_head)
         if n_heads % n_kv_heads:
@@ -213,7 +218,7 @@ class GroupedQueryAttention(CachedAttention):
                 "serves a group of the same number of query heads)"
             )
         super().__init__(d_model, n_heads, d_head, check_bool("bias", bias))
-        self.n_kv_heads, self.rotary = n_kv_heads, rotary
+        self.n_kv_heads, self.rotary, self.rope_base = n_kv_heads, rotary, rope_base
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_K = nn.Parameter(torch.empty(n_kv_heads, d_model, d_head))
         self.W_V = nn.Parameter(torch.empty(n_kv_heads, d_model, d_head))
@@ -238,7 +243,7 @@ class GroupedQueryAttention(CachedAttention):
         if self.rotary:  # the new tokens continue the cache: positions past, past + 1, ...
             past = 0 if cache is None else cache.length
             positions = torch.arange(past, past + x.shape[1], device=x.device)
-            q, k = rotate(q, positions), rotate(k, positions)
+            q, k = rotate(q, positions, self.rope_base), rotate(k, positions, self.rope_base)
         q, k, v = self.q(q), self.k(k), self.v(v)  # (batch, n_heads or n_kv_heads, seq, d_head)
         if cache is not None:  # the past tokens' keys and values, then the new ones
             k, v = cache.append(key_padding_mask, k=k, v=v)
