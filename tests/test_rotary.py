@@ -171,3 +171,16 @@ def test_the_rope_base_is_a_setting_of_the_layer():
     assert (slow(x, causal=True) - default(x, causal=True)).abs().max() > 1e-4
     with pytest.raises(ValueError, match="rope_base"):
         GroupedQueryAttention(16, 4, 2, rotary=True, rope_base=0.5)
+
+
+def test_positions_given_to_the_layer_replace_the_count_from_the_cache():
+    gqa = _rotary_gqa()
+    x = _vectors(2, 4, 16)
+    shifted = gqa(x, causal=True, positions=torch.arange(7, 11))
+    assert (shifted - gqa(x, causal=True)).abs().max() < 1e-12  # offsets alone matter
+    cache = KVCache()
+    gqa(x[:, :3], causal=True, cache=cache, positions=torch.tensor([[5, 6, 7], [0, 1, 2]]))
+    last = gqa(x[:, 3:], causal=True, cache=cache, positions=torch.tensor([[8], [3]]))
+    assert (last - shifted[:, 3:]).abs().max() < 1e-12
+    skewed = gqa(x, causal=True, positions=torch.tensor([0, 1, 2, 9]))
+    assert (skewed[:, 3] - shifted[:, 3]).abs().max() > 1e-3

@@ -186,10 +186,11 @@ class GroupedQueryAttention(CachedAttention):
         rope_base: the base of the rotary frequencies (10,000 in RoFormer; Llama-family
             models often use larger ones).
 
-    ``forward(x, *, key_padding_mask=None, causal=False, cache=None)``: with a ``KVCache`` the
-    new keys and values (and padding mask) are appended to it and the queries attend over
-    all of it. With ``rotary`` the new tokens sit at positions ``cache.length + 0, 1, ...``
-    (from 0 without a cache) and the cache stores rotated keys, so cached decoding equals
+    ``forward(x, *, key_padding_mask=None, causal=False, cache=None, positions=None)``: with a
+    ``KVCache`` the new keys and values (and padding mask) are appended to it and the queries
+    attend over all of it. With ``rotary`` the new tokens sit at ``positions``, (seq,) or
+    (batch, seq), by default ``cache.length + 0, 1, ...`` (from 0 without a cache; without
+    ``rotary`` positions are unused); the cache stores rotated keys, so cached decoding equals
     the full pass. Hook points: ``q``, ``k`` (rotated, when ``rotary``) and ``v`` (the new
     tokens; n_kv_heads heads, not repeated), ``scores``, ``pattern`` (explicit path), ``z``.
 
@@ -235,14 +236,16 @@ class GroupedQueryAttention(CachedAttention):
         key_padding_mask: Tensor | None = None,
         causal: bool = False,
         cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        """Shapes: x (batch, seq, d_model) -> (batch, seq, d_model)."""
+        """Shapes: x (batch, seq, d_model), positions (seq,) or (batch, seq)
+        -> (batch, seq, d_model)."""
         check_cache(cache)
         x = check_inputs(self.d_model, x, key_padding_mask, causal, cached=cache is not None)
         q, k, v = project(x, (self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V))
-        if self.rotary:  # the new tokens continue the cache: positions past, past + 1, ...
+        if self.rotary:  # by default the new tokens continue the cache: past, past + 1, ...
             past = 0 if cache is None else cache.length
-            positions = torch.arange(past, past + x.shape[1], device=x.device)
+            positions = torch.arange(past, past + x.shape[1]) if positions is None else positions
             q, k = rotate(q, positions, self.rope_base), rotate(k, positions, self.rope_base)
         q, k, v = self.q(q), self.k(k), self.v(v)  # (batch, n_heads or n_kv_heads, seq, d_head)
         if cache is not None:  # the past tokens' keys and values, then the new ones
