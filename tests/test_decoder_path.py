@@ -6,15 +6,22 @@ cache refuses a batch of another size."""
 import re
 from pathlib import Path
 
+import pytest
 import torch
 from support.fake_device import FAKE, FakeAccelerator
 
+from multihead.core.decoder import Decoder
 from multihead.core.rotary import rotate
-from multihead.core.sharing import GroupedQueryAttention
+from multihead.core.sharing import GroupedQueryAttention, KVCache
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB, MAX_LEN = 13, 16
 SCHEMES = ("learned", "sinusoidal", "rotary", "none")
+
+
+def _decoder(positions, **kw):
+    torch.manual_seed(0)
+    return Decoder(VOCAB, MAX_LEN, 16, 2, 4, positions=positions, **kw).double().eval()
 
 
 def test_rotary_angles_are_never_float64_on_the_device():
@@ -39,3 +46,15 @@ def test_the_lowest_torch_accepted_zeroes_fully_masked_rows_in_its_fused_kernel(
     blocked_all = torch.tensor([[False, False], [True, True]])  # "may attend": row 0 sees none
     out = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=blocked_all)
     assert (out[0, 0, 0] == 0).all()
+
+
+def test_a_cache_refuses_a_batch_of_another_size():
+    cache = KVCache()
+    cache.append(k=torch.zeros(2, 1, 3, 4), v=torch.zeros(2, 1, 3, 4))
+    with pytest.raises(ValueError, match=r"KVCache.*batch of 2.*batch of 3"):
+        cache.append(k=torch.zeros(3, 1, 1, 4), v=torch.zeros(3, 1, 1, 4))
+    model = _decoder("learned")
+    cache = model.new_cache()
+    model(torch.zeros(2, 3, dtype=torch.long), None, cache)
+    with pytest.raises(ValueError, match=r"KVCache.*batch of 2.*batch of 1"):
+        model(torch.zeros(1, 1, dtype=torch.long), None, cache)

@@ -76,6 +76,12 @@ class KVCache:
             check_tensor(name, t, min_ndim=3, layout="(batch, ..., new_len, d)")
         first = next(iter(new.values()))
         batch, new_len = first.shape[0], first.shape[-2]
+        held = next(iter(self.tensors.values()), first).shape[0]
+        if batch != held:
+            raise ValueError(
+                f"this KVCache holds a batch of {held} sequences, but the new tokens come in a "
+                f"batch of {batch}; start a new cache for another batch (Decoder.new_cache())"
+            )
         for name, t in new.items():
             old = self.tensors.get(name, t)  # all dimensions but the sequence must agree
             if (t.shape[0], t.shape[-2]) != (batch, new_len) or (
