@@ -10,7 +10,8 @@ import pytest
 import torch
 from support.fake_device import FAKE, FakeAccelerator
 
-from multihead.core.decoder import Decoder
+from multihead.core.attention import MultiHeadAttention
+from multihead.core.decoder import Decoder, convert_decoder, regroup
 from multihead.core.rotary import rotate
 from multihead.core.sharing import GroupedQueryAttention, KVCache
 
@@ -48,6 +49,25 @@ def test_the_lowest_torch_accepted_zeroes_fully_masked_rows_in_its_fused_kernel(
     assert (out[0, 0, 0] == 0).all()
 
 
+def test_convert_decoder_regroups_directly_and_keeps_every_setting():
+    model = _decoder("rotary", n_kv_heads=4)
+    for layer in model.layers:
+        layer.attn.materialize = True
+    pooled = convert_decoder(model, 2)
+    for old, new in zip(model.layers, pooled.layers, strict=True):
+        assert new.attn.materialize and new.attn.rotary and new.attn.n_kv_heads == 2
+        for name in ("W_K", "W_V", "b_K", "b_V"):
+            want = getattr(old.attn, name).unflatten(0, (2, 2)).mean(1)
+            assert torch.equal(getattr(new.attn, name), want), name
+        assert torch.equal(new.attn.W_Q, old.attn.W_Q)
+    # from fewer key/value heads to more: each old head is copied into its new group
+    wider = convert_decoder(convert_decoder(model, 1, how="first"), 2)
+    W_K = model.layers[0].attn.W_K[0]
+    assert all(torch.equal(wider.layers[0].attn.W_K[i], W_K) for i in range(2))
+    tokens = torch.randint(VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))
+    assert (convert_decoder(model, 4)(tokens) - model(tokens)).abs().max() < 1e-12
+
+
 def test_a_cache_refuses_a_batch_of_another_size():
     cache = KVCache()
     cache.append(k=torch.zeros(2, 1, 3, 4), v=torch.zeros(2, 1, 3, 4))
@@ -58,3 +78,31 @@ def test_a_cache_refuses_a_batch_of_another_size():
     model(torch.zeros(2, 3, dtype=torch.long), None, cache)
     with pytest.raises(ValueError, match=r"KVCache.*batch of 2.*batch of 1"):
         model(torch.zeros(1, 1, dtype=torch.long), None, cache)
+
+
+def test_regroup_pools_the_key_value_heads_each_new_group_reads():
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(16, 8, 4, rotary=True, rope_base=500.0).double()
+    with torch.no_grad():
+        gqa.b_K.normal_()
+    gqa.materialize = True
+    for n_kv, how in ((2, "mean"), (1, "first"), (4, "mean"), (8, "first")):
+        new = regroup(gqa, n_kv, how)
+        assert new.n_kv_heads == n_kv and new.materialize and new.rope_base == 500.0
+        for name in ("W_K", "W_V", "b_K", "b_V"):
+            read = getattr(gqa, name).repeat_interleave(2, dim=0)  # the head query h reads
+            groups = read.unflatten(0, (n_kv, -1))
+            want = groups.mean(1) if how == "mean" else groups[:, 0]
+            assert torch.allclose(getattr(new, name), want, atol=1e-15), (n_kv, name)
+        for name in ("W_Q", "b_Q", "W_O", "b_O", "head_mask"):
+            assert torch.equal(getattr(new, name), getattr(gqa, name))
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    for n_kv in (4, 8):  # as many heads as before, or each copied: the same layer
+        assert (regroup(gqa, n_kv)(x, causal=True) - gqa(x, causal=True)).abs().max() < 1e-12
+    assert gqa.n_kv_heads == 4 and gqa.W_K.shape[0] == 4  # the original is untouched
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        regroup(gqa, 3)
+    with pytest.raises(ValueError, match="how"):
+        regroup(gqa, 2, how="max")
+    with pytest.raises(TypeError, match="gqa"):
+        regroup(MultiHeadAttention(16, 4), 2)

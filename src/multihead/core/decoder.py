@@ -40,8 +40,6 @@ from multihead.core.sharing import (
     GroupedQueryAttention,
     KVCache,
     LatentAttention,
-    gqa_as_mha,
-    mha_to_gqa,
 )
 
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
@@ -275,22 +273,49 @@ class Decoder(nn.Module):
 def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Decoder:
     """A copy of a trained grouped-query ``decoder`` whose every layer has ``n_kv_heads``
     key/value heads: each new head is the mean of the key/value heads of its group
-    (``how="mean"``, Ainslie et al. 2023) or the group's first (``how="first"``). Everything
-    else is copied; ``n_kv_heads`` must divide the query heads, and the conversion is exact
-    when it equals them.
+    (``how="mean"``, Ainslie et al. 2023) or the group's first (``how="first"``); see
+    ``regroup``. Everything else is copied; ``n_kv_heads`` must divide the query
+    heads, and the conversion is exact when it equals them.
 
     Shapes: none (returns a model computing (batch, seq) -> (batch, seq, vocab_size)).
     """
     if not isinstance(decoder, Decoder):
         raise TypeError(f"decoder must be a Decoder, got {type(decoder).__name__}")
     check_choice("how", how, ("mean", "first"))
+    if not all(isinstance(layer.attn, GroupedQueryAttention) for layer in decoder.layers):
+        raise TypeError("decoder must have grouped-query layers, not latent attention")
     new = copy.deepcopy(decoder)
     for layer in new.layers:
-        if not isinstance(layer.attn, GroupedQueryAttention):
-            raise TypeError("decoder must have grouped-query layers, not latent attention")
-        rotary, layer.attn.rotary = layer.attn.rotary, False  # the copy's: pool the weights
-        layer.attn = mha_to_gqa(gqa_as_mha(layer.attn), n_kv_heads, how=how)
-        layer.attn.rotary = rotary  # then rotate as before (d_head is unchanged)
+        layer.attn = regroup(layer.attn, n_kv_heads, how)
+    return new
+
+
+@torch.no_grad()
+def regroup(
+    gqa: GroupedQueryAttention, n_kv_heads: int, how: str = "mean"
+) -> GroupedQueryAttention:
+    """A copy of ``gqa`` with ``n_kv_heads`` key/value heads. Each new group of consecutive
+    query heads gets the mean (``how="mean"``, the mean pooling of Ainslie et al. 2023) or the
+    first (``how="first"``) of the key/value heads its query heads read: ``W_K``, ``W_V``,
+    ``b_K``, ``b_V`` change, everything else (``W_Q``, ``W_O``, rotary positions,
+    ``materialize``, ``head_mask``) is copied. With as many heads as before it computes the
+    same; with more, a head is copied into each new group it serves.
+
+    Shapes: none (returns a module computing (batch, seq, d_model) -> same).
+    """
+    if not isinstance(gqa, GroupedQueryAttention):
+        raise TypeError(f"gqa must be a GroupedQueryAttention, got {type(gqa).__name__}")
+    check_positive_int("n_kv_heads", n_kv_heads)
+    check_choice("how", how, ("mean", "first"))
+    if gqa.n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={gqa.n_heads}")
+    new = copy.deepcopy(gqa)
+    new.n_kv_heads = n_kv_heads
+    for name in ("W_K", "W_V", "b_K", "b_V"):
+        if getattr(gqa, name) is not None:  # (n_kv_heads, ...) -> the head each query reads
+            read = getattr(gqa, name).repeat_interleave(gqa.n_heads // gqa.n_kv_heads, dim=0)
+            groups = read.unflatten(0, (n_kv_heads, -1))  # (new kv heads, group, ...)
+            setattr(new, name, nn.Parameter(groups.mean(1) if how == "mean" else groups[:, 0]))
     return new
 
 
