@@ -85,20 +85,19 @@ def test_what_each_option_builds():
     assert count_parameters(learned) - count_parameters(no_norm) == (2 * 2 + 1) * 2 * 16
 
 
-def test_rotary_and_no_positions_see_offsets_only():
-    # one token at position 3 whose past is padding attends to itself alone: its logits
-    # change with its position under added positions, not under rotary ones or none
+def test_positions_count_real_tokens_only():
+    # one token whose past is only padding sits at position 0 under every scheme, as alone
+    # (positions come from the padding mask, as transformers derives position_ids)
     tokens = torch.randint(VOCAB, (1, 4), generator=torch.Generator().manual_seed(2))
     for positions in ("learned", "sinusoidal", "rotary", "none"):
         model = _decoder(positions=positions)
         cache = model.new_cache()
         model(tokens[:, :3], torch.ones(1, 3, dtype=torch.bool), cache)
         moved = model(tokens[:, 3:], None, cache)
-        change = (moved - model(tokens[:, 3:])).abs().max()
-        if positions in ("rotary", "none"):
-            assert change < 1e-12, positions
-        else:
-            assert change > 1e-3, positions
+        assert (moved - model(tokens[:, 3:])).abs().max() < 1e-12, positions
+        shown = model.token_positions(tokens, torch.tensor([[True, True, False, False]]), None)
+        assert shown.tolist() == [[0, 0, 0, 1]]
+        assert model.token_positions(tokens, None, None) is None  # nothing padded
 
 
 def test_resid_pre_is_the_residual_stream_entering_each_layer():

@@ -25,6 +25,30 @@ def _decoder(positions, **kw):
     return Decoder(VOCAB, MAX_LEN, 16, 2, 4, positions=positions, **kw).double().eval()
 
 
+@pytest.mark.parametrize("positions", SCHEMES)
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+def test_a_left_padded_prompt_decodes_as_the_prompt_alone(positions, n_kv_heads):
+    model = _decoder(positions, n_kv_heads=n_kv_heads)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(VOCAB, (1, n), generator=g) for n in (6, 4, 2)]
+    batch = torch.zeros(3, 6, dtype=torch.long)
+    pad = torch.ones(3, 6, dtype=torch.bool)
+    for i, p in enumerate(prompts):  # left padding: each prompt ends at the last column
+        batch[i, 6 - p.shape[1] :], pad[i, 6 - p.shape[1] :] = p, False
+    logits = model(batch, pad)
+    generated = model.generate(batch, 5, key_padding_mask=pad)
+    for i, p in enumerate(prompts):
+        alone = model(p)[0]
+        gap = (logits[i, 6 - p.shape[1] :] - alone).abs().max()
+        assert gap < 1e-10, f"prompt {i}: padded logits differ by {gap:.2e}"
+        assert torch.equal(generated[i, 6:], model.generate(p, 5)[0, p.shape[1] :]), i
+    # the same through the cache, one token at a time after the prompt
+    cache = model.new_cache()
+    model(batch[:, :4], pad[:, :4], cache)
+    stepped = torch.cat([model(batch[:, j : j + 1], pad[:, j : j + 1], cache) for j in (4, 5)], 1)
+    assert (stepped - logits[:, 4:]).abs().max() < 1e-10
+
+
 def test_rotary_angles_are_never_float64_on_the_device():
     # MPS has no float64: the angles are computed on the CPU, then cast and moved
     with FakeAccelerator() as fake:

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from multihead._checks import (
     check_bool,
+    check_bool_mask,
     check_choice,
     check_int,
     check_positive_int,
@@ -48,9 +49,10 @@ POSITIONS = ("learned", "sinusoidal", "rotary", "none")
 class Block(nn.Module):
     """One pre-norm decoder layer: causal self-attention, then the MLP (``ff`` is None
     without one; the norms are identities without LayerNorm). The hook point ``resid_pre``
-    is the residual stream entering the layer.
+    is the residual stream entering the layer; ``positions`` go to rotary attention.
 
-    Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq) -> like x.
+    Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq), positions (seq,) or
+    (batch, seq) -> like x.
     """
 
     def __init__(
@@ -75,10 +77,17 @@ class Block(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         x = self.resid_pre(x)
-        a = self.attn(self.ln1(x), key_padding_mask=key_padding_mask, causal=True, cache=cache)
+        rotary = {} if positions is None else {"positions": positions}  # for rotary layers
+        a = self.attn(
+            self.ln1(x), key_padding_mask=key_padding_mask, causal=True, cache=cache, **rotary
+        )
         x = x + self.drop(a)
         return x if self.ff is None else x + self.drop(self.ff(self.ln2(x)))
 
@@ -179,7 +188,8 @@ class Decoder(nn.Module):
         cache: list[KVCache] | None = None,
     ) -> Tensor:
         """Logits of every position of ``tokens``; with ``cache``, ``tokens`` continue the
-        sequence the cache holds (positions start at its length) and the cache grows.
+        sequence the cache holds (and the cache grows). Positions count real tokens only
+        (``token_positions``): a left-padded sequence is the same sequence.
 
         Shapes: tokens (batch, seq), key_padding_mask (batch, seq), True at padding
         -> (batch, seq, vocab_size).
@@ -192,14 +202,36 @@ class Decoder(nn.Module):
                 f"max_len={self.max_len}"
             )
         x = self.embed(tokens)  # (batch, seq, d_model)
-        at = torch.arange(past, past + tokens.shape[1], device=tokens.device)  # positions
+        at = self.token_positions(tokens, key_padding_mask, cache)  # None: past, past + 1, ...
+        if at is None and self.positions in ("learned", "sinusoidal"):
+            at = torch.arange(past, past + tokens.shape[1], device=tokens.device)  # (seq,)
         if self.positions == "learned":
             x = x + self.pos(at)
         elif self.positions == "sinusoidal":
-            x = x + self.pos_table[at]  # (seq, d_model), broadcast over the batch
+            x = x + self.pos_table[at]  # (seq or batch x seq, d_model)
+        rotary = at if self.positions == "rotary" else None
         for i, layer in enumerate(self.layers):
-            x = layer(x, key_padding_mask, None if cache is None else cache[i])
+            x = layer(x, key_padding_mask, None if cache is None else cache[i], rotary)
         return self.unembed(self.norm(x))  # (batch, seq, vocab_size)
+
+    def token_positions(
+        self, tokens: Tensor, key_padding_mask: Tensor | None, cache: list[KVCache] | None
+    ) -> Tensor | None:
+        """Where each new token sits when something is padded: positions count the real
+        tokens before it (as transformers derives ``position_ids`` from the attention mask),
+        so a left-padded prompt is the same prompt; a padding token takes 0. None when
+        nothing in the cache or the new tokens is padded: positions ``past, past + 1, ...``.
+
+        Shapes: tokens (batch, seq), key_padding_mask (batch, seq) -> (batch, seq) or None.
+        """
+        held = cache[0].key_padding_mask if cache else None  # (batch, past), True at pad
+        if key_padding_mask is None and held is None:
+            return None
+        pad = torch.zeros_like(tokens, dtype=torch.bool) if key_padding_mask is None else (
+            check_bool_mask("key_padding_mask", key_padding_mask, tokens.shape, "True at pad")
+        )  # fmt: skip
+        before = self.check_cache(cache) if held is None else (~held).sum(1, keepdim=True)
+        return (before + (~pad).cumsum(1) - 1).clamp(min=0)  # (batch, seq)
 
     def new_cache(self) -> list[KVCache]:
         """An empty cache: one ``KVCache`` per layer. Shapes: none."""
@@ -230,7 +262,8 @@ class Decoder(nn.Module):
         """Greedy decoding: append the most likely next token ``n_new`` times. With
         ``use_cache`` each step feeds only the newest token (the cache holds the rest);
         without, each step recomputes the whole prefix. Both give the same tokens.
-        ``key_padding_mask`` marks padding in the prompt (left padding).
+        ``key_padding_mask`` marks padding in the prompt (left padding); a padded prompt
+        continues as it would alone.
 
         Shapes: prompt (batch, prompt_len) -> (batch, prompt_len + n_new).
         """
