@@ -14,6 +14,10 @@ are exact products of weight matrices (Elhage et al. 2021), e.g. ``W_E W_Q W_K^T
 ``W_E = embed.weight`` (vocab, d_model) and ``W_U = unembed.weight.T`` (d_model, vocab); the
 biases (zero at init) add terms of their own once trained.
 
+Settings of the Llama family (RMSNorm, the SwiGLU MLP, no biases, a read-out tied to the
+embedding, a rotary base) let the same class run a pretrained SmolLM2
+(``multihead.pretrained.smollm``).
+
 With a cache (``new_cache()``: one ``KVCache`` per layer) ``forward`` takes only the new
 tokens, continues at the position where the cache ends and returns their logits; the
 answer is the one a forward pass over the whole sequence gives at those positions.
@@ -22,6 +26,7 @@ answer is the one a forward pass over the whole sequence gives at those position
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -31,11 +36,12 @@ from multihead._checks import (
     check_bool_mask,
     check_choice,
     check_int,
+    check_number,
     check_positive_int,
     check_probability,
 )
 from multihead.core.hooks import HookPoint
-from multihead.core.model import FeedForward, check_tokens, init_model
+from multihead.core.model import FeedForward, SwiGLU, check_tokens, init_model
 from multihead.core.positions import sinusoidal_positions
 from multihead.core.sharing import (
     GroupedQueryAttention,
@@ -56,25 +62,13 @@ class Block(nn.Module):
     """
 
     def __init__(
-        self,
-        attn: nn.Module,
-        d_model: int,
-        d_ff: int,
-        dropout: float,
-        *,
-        mlp: bool = True,
-        norm: bool = True,
+        self, attn: nn.Module, ff: nn.Module | None, norm: Callable[[], nn.Module], dropout: float
     ) -> None:
         super().__init__()
         self.resid_pre = HookPoint()
-
-        def layer_norm() -> nn.Module:
-            return nn.LayerNorm(d_model) if norm else nn.Identity()
-
-        self.ln1, self.attn = layer_norm(), attn
-        self.ln2 = layer_norm() if mlp else None
-        self.ff = FeedForward(d_model, d_ff, dropout) if mlp else None
-        self.drop = nn.Dropout(dropout)
+        self.ln1, self.attn = norm(), attn
+        self.ln2 = None if ff is None else norm()
+        self.ff, self.drop = ff, nn.Dropout(dropout)
 
     def forward(
         self,
@@ -93,7 +87,8 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    """A decoder-only causal language model (GPT-style, untied read-out).
+    """A decoder-only causal language model: GPT-style by default; a Llama-family model with
+    ``positions="rotary", mlp="swiglu", norm="rms", bias=False, tie_embeddings=True``.
 
     Args:
         vocab_size: number of token ids.
@@ -108,8 +103,15 @@ class Decoder(nn.Module):
             embedding), ``"sinusoidal"`` (the fixed encodings of ``core.positions``, added;
             a buffer, not trained), ``"rotary"`` (nothing added: every layer rotates its
             queries and keys, ``core.rotary``; grouped-query layers only) or ``"none"``.
-        mlp: give each layer an MLP; False makes an attention-only model.
-        norm: LayerNorm before each sublayer and before the read-out; False leaves none.
+        mlp: True gives each layer a GELU MLP, ``"swiglu"`` the gated MLP of Llama-family
+            models (``core.model.SwiGLU``); False makes an attention-only model.
+        norm: True puts LayerNorm before each sublayer and before the read-out, ``"rms"``
+            RMSNorm (Zhang and Sennrich 2019, no mean, no bias); False leaves none.
+        norm_eps: the epsilon either norm adds to the variance.
+        bias: False drops the biases of the attention projections, the MLP and the read-out.
+        tie_embeddings: read out with the embedding matrix (``unembed.weight`` is
+            ``embed.weight``; it takes the read-out's init).
+        rope_base: base of the rotary frequencies (``positions="rotary"``).
 
     Sequences are at most ``max_len`` tokens long whatever ``positions`` is.
 
@@ -133,8 +135,12 @@ class Decoder(nn.Module):
         d_ff: int | None = None,
         dropout: float = 0.0,
         positions: str = "learned",
-        mlp: bool = True,
-        norm: bool = True,
+        mlp: bool | str = True,
+        norm: bool | str = True,
+        norm_eps: float = 1e-5,
+        bias: bool = True,
+        tie_embeddings: bool = False,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("max_len", max_len)):
@@ -152,9 +158,13 @@ class Decoder(nn.Module):
                 f"positions='rotary' with d_latent={d_latent}: latent attention here has no "
                 "rotary part (rotation breaks its absorption, chapter 10); use n_kv_heads"
             )
-        if not check_bool("mlp", mlp) and d_ff is not None:
+        if not check_setting("mlp", mlp, "swiglu") and d_ff is not None:
             raise ValueError(f"d_ff={d_ff} is the MLP's size, but mlp=False; leave d_ff out")
-        check_bool("norm", norm)
+        check_setting("norm", norm, "rms")
+        norm_eps = check_number("norm_eps", norm_eps, 0.0, None, "()")
+        if not check_bool("bias", bias) and d_latent is not None:
+            raise ValueError("bias=False with d_latent: latent attention here keeps its b_O")
+        check_bool("tie_embeddings", tie_embeddings)
         d_ff = 4 * d_model if d_ff is None else check_positive_int("d_ff", d_ff)
         dropout = check_probability("dropout", dropout)
         self.vocab_size, self.max_len, self.d_model = vocab_size, max_len, d_model
@@ -165,8 +175,19 @@ class Decoder(nn.Module):
                 return LatentAttention(d_model, n_heads, d_latent, d_head)
             rotary = positions == "rotary"
             return GroupedQueryAttention(
-                d_model, n_heads, n_kv_heads or n_heads, d_head, rotary=rotary
-            )
+                d_model, n_heads, n_kv_heads or n_heads, d_head,
+                bias=bias, rotary=rotary, rope_base=rope_base,
+            )  # fmt: skip
+
+        def feed_forward() -> nn.Module | None:
+            if mlp == "swiglu":
+                return SwiGLU(d_model, d_ff)
+            return FeedForward(d_model, d_ff, dropout, bias=bias) if mlp else None
+
+        def make_norm() -> nn.Module:
+            if norm == "rms":
+                return nn.RMSNorm(d_model, eps=norm_eps)
+            return nn.LayerNorm(d_model, eps=norm_eps) if norm else nn.Identity()
 
         self.embed = nn.Embedding(vocab_size, d_model)
         if positions == "learned":
@@ -175,10 +196,12 @@ class Decoder(nn.Module):
             pe = sinusoidal_positions(max_len, check_even_width(d_model))
             self.register_buffer("pos_table", pe, persistent=False)  # (max_len, d_model)
         self.layers = nn.ModuleList(
-            Block(attention(), d_model, d_ff, dropout, mlp=mlp, norm=norm) for _ in range(n_layers)
+            Block(attention(), feed_forward(), make_norm, dropout) for _ in range(n_layers)
         )
-        self.norm = nn.LayerNorm(d_model) if norm else nn.Identity()
-        self.unembed = nn.Linear(d_model, vocab_size)
+        self.norm = make_norm()
+        self.unembed = nn.Linear(d_model, vocab_size, bias=bias)
+        if tie_embeddings:
+            self.unembed.weight = self.embed.weight  # one matrix, (vocab_size, d_model)
         init_model(self)  # embeddings N(0, 1), linear layers Xavier (attention: its own init)
 
     def forward(
@@ -362,3 +385,10 @@ def check_even_width(d_model: int) -> int:
             f"d_model={d_model} must be even for positions='sinusoidal' (sin, cos pairs)"
         )
     return d_model
+
+
+def check_setting(name: str, value: object, word: str) -> bool | str:
+    """Return ``value`` if it is True, False or ``word``. Shapes: none."""
+    if not isinstance(value, bool) and value != word:
+        raise TypeError(f"{name} must be True, False or {word!r}, got {value!r}")
+    return value

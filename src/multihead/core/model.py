@@ -30,13 +30,26 @@ def _mha(cfg: ModelConfig) -> MultiHeadAttention:
 class FeedForward(nn.Module):
     """Position-wise MLP. Shapes: (batch, seq, d_model) -> (batch, seq, d_model)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.fc1, self.fc2 = nn.Linear(d_model, d_ff, bias), nn.Linear(d_ff, d_model, bias)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.drop(torch.nn.functional.gelu(self.fc1(x))))
+
+
+class SwiGLU(nn.Module):
+    """The gated MLP of Llama-family models (Shazeer 2020), without biases:
+    ``down(silu(gate(x)) * up(x))``. Shapes: (batch, seq, d_model) -> (batch, seq, d_model)."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(d_model, d_ff, False), nn.Linear(d_model, d_ff, False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
 
 
 class Layer(nn.Module):
@@ -222,7 +235,8 @@ def init_model(model: nn.Module, scheme: str = "xavier", gain: float = 1.0, epsi
             module.reset_parameters()
         elif isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight)
     if scheme == "xavier":
