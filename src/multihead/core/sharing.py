@@ -148,17 +148,21 @@ class CachedAttention(nn.Module):
         self.pattern = HookPoint(needs_materialize=True)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """Each head's output ``softmax(q k^T / sqrt(d_head)) v``, explicit or fused.
+        """Each head's output ``softmax(q k^T / sqrt(d_head)) v``, explicit or fused; with
+        fewer key/value heads than query heads, query head ``h`` reads ``h // group``.
 
-        Shapes: q (batch, heads, q_len, d), k (batch, heads, k_len, d), v (batch, heads,
+        Shapes: q (batch, heads, q_len, d), k (batch, kv_heads, k_len, d), v (batch, kv_heads,
         k_len, d_v), mask (batch or 1, 1, q_len, k_len) -> (batch, heads, q_len, d_v).
         """
+        group = q.shape[1] // k.shape[1]  # query heads per key/value head
         if self.materialize or self.explicit_requests:  # explicit: scores, pattern hooked
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             scores = (q / math.sqrt(self.d_head)) @ k.transpose(-2, -1)  # (batch, heads, q, k)
             scores = scores if mask is None else scores.masked_fill(mask, float("-inf"))
             return self.pattern(key_softmax(self.scores(scores))) @ v  # rows sum to 1 (or 0)
         allowed = None if mask is None else ~mask  # the kernel's mask means "may attend"
-        return F.scaled_dot_product_attention(q, k, v, allowed, scale=1 / math.sqrt(self.d_head))
+        scale, shared = 1 / math.sqrt(self.d_head), group > 1  # shared: read k, v in place
+        return F.scaled_dot_product_attention(q, k, v, allowed, scale=scale, enable_gqa=shared)
 
     def write(self, z: Tensor) -> Tensor:
         """Mask heads, concatenate them and apply ``W_O`` (and ``b_O``).
@@ -258,10 +262,7 @@ class GroupedQueryAttention(CachedAttention):
             k, v = cache.append(key_padding_mask, k=k, v=v)
             key_padding_mask = cache.key_padding_mask
         mask = blocked_after(key_padding_mask, causal, q.shape[2], k.shape[2], x.device)
-        group = self.n_heads // self.n_kv_heads
-        k = k.repeat_interleave(group, dim=1)  # (batch, n_heads, k_len, d_head): h reads h // group
-        v = v.repeat_interleave(group, dim=1)  # (batch, n_heads, k_len, d_head)
-        return self.write(self.attend(q, k, v, mask))
+        return self.write(self.attend(q, k, v, mask))  # query head h reads k, v head h // group
 
     def reset_parameters(self) -> None:
         """Xavier-uniform init, as if each projection were one ``nn.Linear``; zero biases."""
