@@ -8,7 +8,6 @@ from multihead.core.convert import to_torch_multihead
 from multihead.core.hooks import (
     add_hooks,
     hooks,
-    materialized,
     run_with_cache,
     run_with_hooks,
     stack_layers,
@@ -138,8 +137,9 @@ def test_forward_and_backward_hooks_on_the_pattern_fire_on_request():
         layer(x).sum().backward()
     assert layer.explicit_requests == 0
     assert fired == [("forward", (2, 4, 5, 5)), ("backward", (2, 4, 5, 5))]
-    with materialized(layer):
-        assert layer.explicit_requests == 1
+    handle = add_hooks(layer, [("pattern", lambda p, _name: None)])
+    assert layer.explicit_requests == 1
+    handle.remove()
     assert layer.explicit_requests == 0
 
 
@@ -215,8 +215,8 @@ def test_hooks_do_not_change_the_output_and_are_removed():
     calls = []
     run_with_hooks(layer, x, fwd_hooks=[(lambda n: True, lambda t, n: calls.append(n))])
     assert len(calls) == 6  # q, k, v, scores, pattern, z
-    with materialized(layer):
-        layer(x)
+    layer.materialize = True
+    layer(x)
     assert len(calls) == 6  # the hooks were removed
 
 

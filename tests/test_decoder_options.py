@@ -3,12 +3,13 @@ no LayerNorm, and the residual-stream hook point."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from multihead.core.config import TrainConfig
 from multihead.core.convert import convert_decoder
 from multihead.core.decoder import Decoder
 from multihead.core.hooks import run_with_cache
-from multihead.core.model import count_parameters
+from multihead.core.model import SwiGLU, count_parameters
 from multihead.core.positions import sinusoidal_positions
 from multihead.core.train import train
 from multihead.tasks.repeats import RepeatTask
@@ -23,6 +24,15 @@ OPTIONS = {
     "attention-only": {"mlp": False},
     "no-norm": {"norm": False},
     "circuits": {"positions": "none", "mlp": False, "norm": False},
+    "llama": {
+        "positions": "rotary",
+        "n_kv_heads": 2,
+        "mlp": "swiglu",
+        "norm": "rms",
+        "bias": False,
+        "tie_embeddings": True,
+        "rope_base": 500.0,
+    },
 }
 
 
@@ -86,20 +96,44 @@ def test_what_each_option_builds():
     assert count_parameters(learned) - count_parameters(no_norm) == (2 * 2 + 1) * 2 * 16
 
 
-def test_rotary_and_no_positions_see_offsets_only():
-    # one token at position 3 whose past is padding attends to itself alone: its logits
-    # change with its position under added positions, not under rotary ones or none
+def test_what_the_llama_settings_build():
+    model = _decoder(**OPTIONS["llama"])
+    names = [n for n, _ in model.named_parameters()]
+    assert not any(n.endswith("bias") or ".b_" in n for n in names), names
+    assert model.unembed.weight is model.embed.weight and "unembed.weight" not in names
+    assert all(isinstance(layer.ff, SwiGLU) for layer in model.layers)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.RMSNorm)]
+    assert len(norms) == 2 * 2 + 1 and all(m.eps == 1e-5 for m in norms)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+    assert all(layer.attn.rope_base == 500.0 for layer in model.layers)
+    per_layer = 16 * 4 * 4 + 2 * 16 * 2 * 4 + 4 * 4 * 16 + 3 * 16 * 64 + 2 * 16  # attn, MLP, norms
+    assert count_parameters(model) == VOCAB * 16 + 2 * per_layer + 16
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    ff = model.layers[0].ff
+    assert torch.allclose(ff(x), ff.down(F.silu(ff.gate(x)) * ff.up(x)))
+    rms = model.layers[0].ln1
+    with torch.no_grad():
+        rms.weight.normal_()
+    want = x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * rms.weight
+    assert torch.allclose(rms(x), want, atol=1e-12)
+    gelu = _decoder(bias=False, norm_eps=1e-6)
+    assert gelu.layers[0].ff.fc1.bias is None and gelu.unembed.bias is None
+    assert gelu.layers[0].ln1.eps == 1e-6
+
+
+def test_positions_count_real_tokens_only():
+    # one token whose past is only padding sits at position 0 under every scheme, as alone
+    # (positions come from the padding mask, as transformers derives position_ids)
     tokens = torch.randint(VOCAB, (1, 4), generator=torch.Generator().manual_seed(2))
     for positions in ("learned", "sinusoidal", "rotary", "none"):
         model = _decoder(positions=positions)
         cache = model.new_cache()
         model(tokens[:, :3], torch.ones(1, 3, dtype=torch.bool), cache)
         moved = model(tokens[:, 3:], None, cache)
-        change = (moved - model(tokens[:, 3:])).abs().max()
-        if positions in ("rotary", "none"):
-            assert change < 1e-12, positions
-        else:
-            assert change > 1e-3, positions
+        assert (moved - model(tokens[:, 3:])).abs().max() < 1e-12, positions
+        shown = model.token_positions(tokens, torch.tensor([[True, True, False, False]]), None)
+        assert shown.tolist() == [[0, 0, 0, 1]]
+        assert model.token_positions(tokens, None, None) is None  # nothing padded
 
 
 def test_resid_pre_is_the_residual_stream_entering_each_layer():
@@ -141,6 +175,18 @@ def test_bad_options_name_themselves():
         Decoder(VOCAB, MAX_LEN, 16, 2, 4, mlp=0)
     with pytest.raises(TypeError, match="norm"):
         Decoder(VOCAB, MAX_LEN, 16, 2, 4, norm="pre")
+    with pytest.raises(TypeError, match="'swiglu'"):
+        Decoder(VOCAB, MAX_LEN, 16, 2, 4, mlp="geglu")
+    with pytest.raises(ValueError, match="norm_eps"):
+        Decoder(VOCAB, MAX_LEN, 16, 2, 4, norm_eps=0)
+    with pytest.raises(TypeError, match="bias"):
+        Decoder(VOCAB, MAX_LEN, 16, 2, 4, bias=None)
+    with pytest.raises(ValueError, match="bias"):
+        Decoder(VOCAB, MAX_LEN, 16, 2, 4, d_latent=6, bias=False)
+    with pytest.raises(TypeError, match="tie_embeddings"):
+        Decoder(VOCAB, MAX_LEN, 16, 2, 4, tie_embeddings=1)
+    with pytest.raises(ValueError, match="rope_base"):
+        Decoder(VOCAB, MAX_LEN, 16, 2, 4, positions="rotary", rope_base=-1.0)
     for positions in ("learned", "sinusoidal"):
         model = _decoder(positions=positions)
         with pytest.raises(ValueError, match="max_len"):

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from multihead.core.attention import MultiHeadAttention
-from multihead.core.hooks import add_hooks, materialized, run_with_cache, run_with_hooks
+from multihead.core.hooks import add_hooks, hooks, run_with_cache, run_with_hooks
 from multihead.core.talking_heads import TalkingHeadsAttention
 
 
@@ -46,10 +46,10 @@ def test_removing_one_of_two_handles_keeps_the_other_firing(fused_calls):
     assert not layer.materialize  # the user's switch was never touched
 
 
-def test_handles_and_materialized_blocks_may_end_in_any_order(fused_calls):
+def test_hook_blocks_and_handles_may_end_in_any_order(fused_calls):
     layer, x = _layer(), torch.randn(2, 5, 32)
     fired = []
-    with materialized(layer):
+    with hooks(layer, [("scores", lambda s, n: None)]):
         handle = add_hooks(layer, [("pattern", lambda p, n: fired.append(1))])
     layer(x)  # the block ended first; the handle still needs the explicit path
     assert fired == [1] and fused_calls == []

@@ -28,8 +28,9 @@ ALLOWED = {
 # Modules no notebook imports directly: they serve the others. (The repository's tools/, the
 # notebook runner, the seed sweep and the diagram generator, are outside the package and this
 # rule.)
-SUPPORT = {"_checks", "tasks.lexicon", "exercises._common", "core.cache"}
+SUPPORT = {"_checks", "tasks.lexicon", "exercises._common", "core.cache", "core.init"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
+SUPPORT |= {"pretrained.smollm"}  # SmolLM2 in the course's Decoder, for a chapter to come
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from multihead.core.attention import GroupedQueryAttention, MultiHeadAttention
+from multihead.core.attention import GroupedQueryAttention, MultiHeadAttention, project
 from multihead.core.cache import KVCache
 from multihead.core.convert import regroup
 from multihead.core.hooks import run_with_cache
@@ -79,6 +79,16 @@ def test_bad_arguments_name_themselves():
         rotary_matrix(0.5, 4)
     with pytest.raises(ValueError, match="x"):
         rotate(torch.zeros(4), [0])
+    with pytest.raises(ValueError, match=r"positions \(batch, seq\)"):
+        rotate(torch.zeros(2, 1, 3, 4), torch.zeros(3, 3, dtype=torch.long))
+
+
+def test_each_sequence_may_have_its_own_positions():
+    x = _vectors(3, 2, 4, 6)  # (batch, heads, seq, d_head)
+    positions = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8], [0, 0, 0, 1]])
+    both = rotate(x, positions, base=100.0)
+    for b in range(3):
+        assert torch.equal(both[b], rotate(x[b], positions[b], base=100.0))
 
 
 def _rotary_gqa(**kw):
@@ -135,3 +145,44 @@ def test_rotary_attention_is_invariant_to_shifting_every_position():
     cache.append(torch.ones(1, 3, dtype=torch.bool), k=past_k, v=past_k)  # 3 padding tokens
     _, shifted = run_with_cache(gqa, x, causal=True, cache=cache)
     assert (shifted["pattern"][..., 3:] - fresh["pattern"]).abs().max() < 1e-10
+
+
+def test_the_half_split_pairing_is_the_same_rotation_after_a_permutation():
+    # Hugging Face's Llama code pairs coordinates (i, i + d/2) ("rotate_half"); ours pairs
+    # (2i, 2i + 1). Coordinate 2i + j of ours is coordinate j * d/2 + i of theirs.
+    d, t = 8, torch.tensor([0, 3, 11])
+    x = _vectors(2, 3, d)  # (heads, seq, d_head)
+    theirs_of_ours = torch.arange(d).reshape(2, d // 2).T.flatten()  # [0, 4, 1, 5, 2, 6, 3, 7]
+    half = x[..., torch.argsort(theirs_of_ours)]  # x in their layout
+    angles = t[:, None].double() * 10000.0 ** (-torch.arange(0, d, 2).double() / d)
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    rotated_half = half * cos + torch.cat([-half[..., d // 2 :], half[..., : d // 2]], -1) * sin
+    assert torch.allclose(rotated_half[..., theirs_of_ours], rotate(x, t), atol=1e-12)
+
+
+def test_the_rope_base_is_a_setting_of_the_layer():
+    x = _vectors(2, 5, 16).float()
+    torch.manual_seed(0)
+    slow = GroupedQueryAttention(16, 4, 2, rotary=True, rope_base=1e5).eval()
+    torch.manual_seed(0)
+    default = GroupedQueryAttention(16, 4, 2, rotary=True).eval()
+    slow.materialize = default.materialize = True
+    _, cache = run_with_cache(slow, x, causal=True)
+    q = project(x, (slow.W_Q, slow.b_Q))[0]  # (batch, heads, seq, d_head)
+    assert torch.allclose(cache["q"], rotate(q, torch.arange(5), base=1e5), atol=1e-6)
+    assert (slow(x, causal=True) - default(x, causal=True)).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="rope_base"):
+        GroupedQueryAttention(16, 4, 2, rotary=True, rope_base=0.5)
+
+
+def test_positions_given_to_the_layer_replace_the_count_from_the_cache():
+    gqa = _rotary_gqa()
+    x = _vectors(2, 4, 16)
+    shifted = gqa(x, causal=True, positions=torch.arange(7, 11))
+    assert (shifted - gqa(x, causal=True)).abs().max() < 1e-12  # offsets alone matter
+    cache = KVCache()
+    gqa(x[:, :3], causal=True, cache=cache, positions=torch.tensor([[5, 6, 7], [0, 1, 2]]))
+    last = gqa(x[:, 3:], causal=True, cache=cache, positions=torch.tensor([[8], [3]]))
+    assert (last - shifted[:, 3:]).abs().max() < 1e-12
+    skewed = gqa(x, causal=True, positions=torch.tensor([0, 1, 2, 9]))
+    assert (skewed[:, 3] - shifted[:, 3]).abs().max() > 1e-3

@@ -12,7 +12,8 @@ own layer and the layers before it (``tests/test_layers.py`` checks this):
                           ``_checks``)
 ``multihead.interventions``  changing what heads do (imports ``core`` and ``analysis``;
                           task code comes in as callables)
-``multihead.pretrained``  the packaged MiniLM and its analyses (imports the layers above)
+``multihead.pretrained``  the packaged MiniLM and SmolLM2, and their analyses (imports the
+                          layers above)
 ``multihead.viz``         figures and explorers (imports ``core`` and ``analysis``)
 ``multihead.exercises``   the exercise checkers (may import anything)
 ========================  ==============================================================

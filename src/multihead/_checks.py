@@ -97,6 +97,13 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
+def check_setting(name: str, value: object, word: str) -> bool | str:
+    """Return ``value`` if it is True, False or ``word``. Shapes: none."""
+    if not isinstance(value, bool) and value != word:
+        raise TypeError(f"{name} must be True, False or {word!r}, got {value!r}")
+    return value
+
+
 def check_tensor(
     name: str,
     x: Any,

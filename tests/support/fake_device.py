@@ -4,7 +4,8 @@ Inside ``FakeAccelerator()``, ``runtime.device()`` returns the ``meta`` device, 
 moved there (or created there) becomes an ``OnFake`` tensor: it reports ``device='meta'``
 but keeps its values on the CPU and computes for real, so training gives the same numbers
 as on the CPU. What a GPU would refuse is recorded in ``mixed`` (an op mixing an ``OnFake``
-tensor with a CPU tensor that has elements) or raises (``.numpy()`` without ``.cpu()``).
+tensor with a CPU tensor that has elements) or raises (``.numpy()`` without ``.cpu()``);
+``float64`` records the ops that make a float64 tensor on the device, which MPS refuses.
 
     with FakeAccelerator() as fake:
         model = EncoderModel(cfg)
@@ -67,6 +68,7 @@ class FakeAccelerator(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.mixed: list[str] = []
+        self.float64: list[str] = []
         self._patched: list[tuple[object, str, object]] = []
 
     def __enter__(self):
@@ -112,16 +114,27 @@ class FakeAccelerator(TorchDispatchMode):
             out = func(*args, **kwargs)
             if target is not None and not _is_fake(target):
                 return out  # .cpu() / .to("cpu"): a plain tensor again
-            return OnFake(out) if fake or _is_fake(target) else out
+            if not (fake or _is_fake(target)):
+                return out
+            self._note_float64(func, out)
+            return OnFake(out)
         if _is_fake(kwargs.get("device")):  # a factory function called with device=meta
             kwargs["device"] = torch.device("cpu")
+            self._note_float64(func, kwargs)
             return tree_map(
                 lambda t: OnFake(t) if isinstance(t, torch.Tensor) else t, func(*args, **kwargs)
             )
         out = func(*args, **kwargs)
         if not fake:
             return out
+        self._note_float64(func, out)
         return tree_map(wrap, out)
+
+    def _note_float64(self, func, made) -> None:
+        if any(t.dtype == torch.float64 for t in tree_leaves(made) if isinstance(t, torch.Tensor)):
+            self.float64.append(str(func))
+        elif isinstance(made, dict) and made.get("dtype") == torch.float64:
+            self.float64.append(str(func))
 
 
 # The notebook's kernel imports this file from its folder, FOLDER (it is not in the package).

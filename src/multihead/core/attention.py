@@ -2,35 +2,26 @@
 carries the hook points, and the grouped layer that is multi-head, grouped-query and
 multi-query attention at once.
 
-Conventions (see the notation page of the book):
+Conventions (see the notation page): per-head vectors are ``(batch, heads, seq, d_head)``;
+patterns ``(batch, heads, query, key)``, rows summing to 1 (or 0 for a query that sees no
+key); ``W_Q`` is ``(heads, d_model, d_key)``, ``W_K`` and ``W_V`` ``(kv_heads, d_model, d)``,
+``W_O`` ``(heads, d_value, d_model)``; masks are True = blocked (``multihead._checks``).
 
-* per-head vectors are ``(batch, heads, seq, d_head)``;
-* attention patterns are ``(batch, heads, query, key)`` and each row sums to 1 (or is 0 for
-  a query that sees no key, see ``key_softmax``);
-* weights are stored per head: ``W_Q`` is ``(heads, d_model, d_key)``, ``W_K`` is
-  ``(kv_heads, d_model, d_key)``, ``W_V`` is ``(kv_heads, d_model, d_value)`` and ``W_O`` is
-  ``(heads, d_value, d_model)``;
-* masks: True = blocked (see ``multihead._checks`` for every polarity in the package).
+A forward pass runs ``project`` (every head's q, k, v in one matrix product), ``blocked``
+(the one mask builder), ``attend`` (the one kernel, like transformers'
+``eager_attention_forward``) and ``AttentionLayer.write`` (mask heads, concatenate, ``W_O``).
+Every layer (``GroupedQueryAttention``, its case ``MultiHeadAttention``, talking heads,
+latent attention) derives from ``AttentionLayer``, so every head tool works on all of them.
 
-The pieces, in the order a forward pass uses them: ``project`` (every head's queries, keys
-and values in one matrix product), ``blocked`` (the one mask builder), ``attend`` (the one
-kernel, like transformers' ``eager_attention_forward``) and ``AttentionLayer.write`` (mask
-heads, concatenate, ``W_O``). Every layer of the package (``GroupedQueryAttention``, its
-special case ``MultiHeadAttention``, ``TalkingHeadsAttention``, ``LatentAttention``) derives
-from ``AttentionLayer``, so every head tool works on all of them.
+**What "a head" is.** A query head: its pattern, its output ``z``, its entry of
+``head_mask``. Where query heads share a key/value head, masking one zeroes what it writes
+and leaves the shared keys and values, and so the rest of its group, untouched.
 
-**What "a head" is.** A head is a query head: its pattern, its output ``z`` and its entry
-of ``head_mask``. Where query heads share a key/value head, masking one head zeroes what
-that head writes and leaves the shared keys and values, and so the other heads of its
-group, untouched.
-
-``forward`` returns only the output. The internals pass through identity ``HookPoint``
-modules (``q``, ``k``, ``v``, ``scores``, ``pattern``, and ``z``, each head's output before
-the head mask). With ``materialize = False`` (the default) ``attend`` calls the fused
-``torch.nn.functional.scaled_dot_product_attention``, which never stores the pattern;
-``run_with_cache`` and ``run_with_hooks`` count a request in ``explicit_requests`` while they
-record or change ``scores`` or ``pattern``, and ``attend`` takes the explicit path while
-either is set, so that every hook on them fires.
+``forward`` returns only the output; the internals pass through identity ``HookPoint``s
+(``q``, ``k``, ``v``, ``scores``, ``pattern``, ``z``: each head's output before the mask).
+``attend`` calls the fused ``scaled_dot_product_attention``, which never stores the
+pattern, unless ``materialize`` is set or ``run_with_cache`` / ``run_with_hooks`` count a
+request in ``explicit_requests`` while they record or change ``scores`` or ``pattern``.
 """
 
 from __future__ import annotations
@@ -46,6 +37,7 @@ from multihead._checks import (
     check_attention_inputs,
     check_bool,
     check_int,
+    check_number,
     check_positive_int,
     check_probability,
     check_tensor,
@@ -259,7 +251,8 @@ class GroupedQueryAttention(AttentionLayer):
             check_d_head(d_key)
         bias = check_bool("bias", bias)
         super().__init__(d_model, n_heads, d_key, d_value, bias=bias, attn_dropout=attn_dropout)
-        self.n_kv_heads, self.rotary, self.rope_base = n_kv_heads, rotary, float(rope_base)
+        self.n_kv_heads, self.rotary = n_kv_heads, rotary
+        self.rope_base = check_number("rope_base", rope_base, 1.0, None, "()")
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_key))
         self.W_K = nn.Parameter(torch.empty(n_kv_heads, d_model, d_key))
         self.W_V = nn.Parameter(torch.empty(n_kv_heads, d_model, d_value))

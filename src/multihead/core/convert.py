@@ -26,12 +26,13 @@ def regroup(
     """The layer with ``n_kv_heads`` key/value heads; its query heads, ``W_O``, settings and
     ``head_mask`` are copied.
 
-    Fewer key/value heads: each new one merges consecutive old ones, as their mean
-    (``how="mean"``, the mean pooling of Ainslie et al. 2023) or the first of them
-    (``how="first"``, the control). More: each old one is repeated, which computes the same
-    function. With ``n_kv_heads == n_heads`` (and no rotary positions) the result is a
-    ``MultiHeadAttention``: grouped-query attention is multi-head attention with the
-    key/value projections tied within groups.
+    Each new group of consecutive query heads gets the mean (``how="mean"``, the mean pooling
+    of Ainslie et al. 2023) or the first (``how="first"``, the control) of the key/value heads
+    its query heads read. With at least as many key/value heads as the layer has, every query
+    head reads what it read before, so the result computes the same function. With
+    ``n_kv_heads == n_heads`` (and no rotary positions) the result is a ``MultiHeadAttention``:
+    grouped-query attention is multi-head attention with the key/value projections tied
+    within groups.
 
     Shapes: none (returns a module computing (batch, seq, d_model) -> same).
     """
@@ -41,12 +42,9 @@ def regroup(
             f"{type(layer).__name__}"
         )
     check_choice("how", how, ("mean", "first"))
-    old, h = layer.n_kv_heads, layer.n_heads
-    if h % check_positive_int("n_kv_heads", n_kv_heads) or (old % n_kv_heads and n_kv_heads % old):
-        raise ValueError(
-            f"n_kv_heads={n_kv_heads} must divide n_heads={h} and divide, or be a multiple of, "
-            f"the layer's {old} key/value heads (whole groups merge or split)"
-        )
+    h = layer.n_heads
+    if h % check_positive_int("n_kv_heads", n_kv_heads):
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={h}")
     sizes, bias = (layer.d_model, h), layer.b_Q is not None
     if n_kv_heads == h and not layer.rotary:
         new = MultiHeadAttention(*sizes, layer.d_key, layer.d_value, bias=bias)
@@ -61,15 +59,10 @@ def regroup(
         if getattr(new, name) is not None:
             getattr(new, name).copy_(getattr(layer, name))
     for name in ("W_K", "W_V", "b_K", "b_V"):
-        W = getattr(layer, name)
-        if W is None:
-            continue
-        if n_kv_heads >= old:  # split: every old head serves n_kv_heads // old new ones
-            W = W.repeat_interleave(n_kv_heads // old, dim=0)
-        else:  # merge: (new kv heads, old heads per new one, ...)
-            W = W.unflatten(0, (n_kv_heads, old // n_kv_heads))
-            W = W.mean(dim=1) if how == "mean" else W[:, 0]
-        getattr(new, name).copy_(W)
+        if getattr(layer, name) is not None:  # the key/value head each query head reads
+            read = getattr(layer, name).repeat_interleave(h // layer.n_kv_heads, dim=0)
+            groups = read.unflatten(0, (n_kv_heads, h // n_kv_heads))  # (new kv, group, ...)
+            getattr(new, name).copy_(groups.mean(dim=1) if how == "mean" else groups[:, 0])
     return new
 
 
@@ -77,7 +70,7 @@ def regroup(
 def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Decoder:
     """A copy of a trained grouped-query ``decoder`` whose every layer is ``regroup``-ed to
     ``n_kv_heads`` key/value heads (``how="mean"`` or ``"first"``); everything else is
-    copied. The conversion is exact when ``n_kv_heads`` is at least the layers' own.
+    copied. The conversion is exact when ``n_kv_heads`` is a multiple of the layers' own.
 
     Shapes: none (returns a model computing (batch, seq) -> (batch, seq, vocab_size)).
     """

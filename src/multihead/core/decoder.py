@@ -1,42 +1,43 @@
-"""A small decoder-only language model whose attention shares or compresses keys and values,
-with a KV cache for generation.
+"""A decoder-only language model whose attention may share or compress keys and values, with
+a KV cache for generation: small GPT-style models trained in the course, and, with the
+settings of the Llama family, a pretrained SmolLM2 (``multihead.pretrained.smollm``).
 
 Each layer is pre-norm, ``x + attn(ln1(x))`` then ``x + ff(ln2(x))``, with causal
-self-attention: ``GroupedQueryAttention`` (``n_kv_heads`` key/value heads; multi-head
-attention by default, multi-query attention with one) or, when ``d_latent`` is given,
-``LatentAttention``. Module paths (the keys of ``run_with_cache``): ``layers.{i}.attn``, so
-``stack_layers(cache, "layers.{}.attn.pattern")`` stacks the patterns over layers, and
-``layers.{i}.resid_pre``, the residual stream entering layer ``i``.
-
-Options for chapter 11: positions learned (the default), sinusoidal, rotary or none; no MLP
-(an attention-only model) and no LayerNorm. With both off, each head's QK and OV circuits
-are exact products of weight matrices (Elhage et al. 2021), e.g. ``W_E W_Q W_K^T W_E^T`` with
-``W_E = embed.weight`` (vocab, d_model) and ``W_U = unembed.weight.T`` (d_model, vocab); the
-biases (zero at init) add terms of their own once trained.
+self-attention: ``GroupedQueryAttention`` (``n_kv_heads`` key/value heads) or, when
+``d_latent`` is given, ``LatentAttention``. Module paths (the keys of ``run_with_cache``):
+``layers.{i}.attn`` (``stack_layers(cache, "layers.{}.attn.pattern")`` stacks the patterns)
+and ``layers.{i}.resid_pre``, the residual stream entering layer ``i``. Without MLP and norms
+(chapter 11), each head's QK and OV circuits are exact products of weight matrices (Elhage et
+al. 2021), e.g. ``W_E W_Q W_K^T W_E^T`` with ``W_E = embed.weight`` (vocab, d_model).
 
 With a cache (``new_cache()``: one ``KVCache`` per layer) ``forward`` takes only the new
-tokens, continues at the position where the cache ends and returns their logits; the
-answer is the one a forward pass over the whole sequence gives at those positions.
+tokens, continues where the cache ends and returns their logits: those of a forward pass over
+the whole sequence at those positions.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from multihead._checks import (
     check_bool,
+    check_bool_mask,
     check_choice,
     check_even,
     check_int,
+    check_number,
     check_positive_int,
     check_probability,
+    check_setting,
 )
 from multihead.core.attention import GroupedQueryAttention
 from multihead.core.cache import KVCache
 from multihead.core.hooks import HookPoint
 from multihead.core.latent import LatentAttention
-from multihead.core.model import FeedForward, check_tokens, init_model
+from multihead.core.model import FeedForward, SwiGLU, check_tokens, init_model
 from multihead.core.positions import sinusoidal_positions
 
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
@@ -46,43 +47,40 @@ SINUSOIDAL = "for positions='sinusoidal' (sin, cos pairs)"
 class Block(nn.Module):
     """One pre-norm decoder layer: causal self-attention, then the MLP (``ff`` is None
     without one; the norms are identities without LayerNorm). The hook point ``resid_pre``
-    is the residual stream entering the layer.
+    is the residual stream entering the layer; ``positions`` go to rotary attention.
 
-    Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq) -> like x.
+    Shapes: x (batch, seq, d_model), key_padding_mask (batch, seq), positions (seq,) or
+    (batch, seq) -> like x.
     """
 
     def __init__(
-        self,
-        attn: nn.Module,
-        d_model: int,
-        d_ff: int,
-        dropout: float,
-        *,
-        mlp: bool = True,
-        norm: bool = True,
+        self, attn: nn.Module, ff: nn.Module | None, norm: Callable[[], nn.Module], dropout: float
     ) -> None:
         super().__init__()
         self.resid_pre = HookPoint()
-
-        def layer_norm() -> nn.Module:
-            return nn.LayerNorm(d_model) if norm else nn.Identity()
-
-        self.ln1, self.attn = layer_norm(), attn
-        self.ln2 = layer_norm() if mlp else None
-        self.ff = FeedForward(d_model, d_ff, dropout) if mlp else None
-        self.drop = nn.Dropout(dropout)
+        self.ln1, self.attn = norm(), attn
+        self.ln2 = None if ff is None else norm()
+        self.ff, self.drop = ff, nn.Dropout(dropout)
 
     def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         x = self.resid_pre(x)
-        a = self.attn(self.ln1(x), key_padding_mask=key_padding_mask, causal=True, cache=cache)
+        rotary = {} if positions is None else {"positions": positions}  # for rotary layers
+        a = self.attn(
+            self.ln1(x), key_padding_mask=key_padding_mask, causal=True, cache=cache, **rotary
+        )
         x = x + self.drop(a)
         return x if self.ff is None else x + self.drop(self.ff(self.ln2(x)))
 
 
 class Decoder(nn.Module):
-    """A decoder-only causal language model (GPT-style, untied read-out).
+    """A decoder-only causal language model: GPT-style by default; a Llama-family model with
+    ``positions="rotary", mlp="swiglu", norm="rms", bias=False, tie_embeddings=True``.
 
     Args:
         vocab_size: number of token ids.
@@ -97,8 +95,15 @@ class Decoder(nn.Module):
             embedding), ``"sinusoidal"`` (the fixed encodings of ``core.positions``, added;
             a buffer, not trained), ``"rotary"`` (nothing added: every layer rotates its
             queries and keys, ``core.rotary``; grouped-query layers only) or ``"none"``.
-        mlp: give each layer an MLP; False makes an attention-only model.
-        norm: LayerNorm before each sublayer and before the read-out; False leaves none.
+        mlp: True gives each layer a GELU MLP, ``"swiglu"`` the gated MLP of Llama-family
+            models (``core.model.SwiGLU``); False makes an attention-only model.
+        norm: True puts LayerNorm before each sublayer and before the read-out, ``"rms"``
+            RMSNorm (Zhang and Sennrich 2019, no mean, no bias); False leaves none.
+        norm_eps: the epsilon either norm adds to the variance.
+        bias: False drops the biases of the attention projections, the MLP and the read-out.
+        tie_embeddings: read out with the embedding matrix (``unembed.weight`` is
+            ``embed.weight``; it takes the read-out's init).
+        rope_base: base of the rotary frequencies (``positions="rotary"``).
 
     Sequences are at most ``max_len`` tokens long whatever ``positions`` is.
 
@@ -122,8 +127,12 @@ class Decoder(nn.Module):
         d_ff: int | None = None,
         dropout: float = 0.0,
         positions: str = "learned",
-        mlp: bool = True,
-        norm: bool = True,
+        mlp: bool | str = True,
+        norm: bool | str = True,
+        norm_eps: float = 1e-5,
+        bias: bool = True,
+        tie_embeddings: bool = False,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("max_len", max_len)):
@@ -141,9 +150,13 @@ class Decoder(nn.Module):
                 f"positions='rotary' with d_latent={d_latent}: latent attention here has no "
                 "rotary part (rotation breaks its absorption, chapter 10); use n_kv_heads"
             )
-        if not check_bool("mlp", mlp) and d_ff is not None:
+        if not check_setting("mlp", mlp, "swiglu") and d_ff is not None:
             raise ValueError(f"d_ff={d_ff} is the MLP's size, but mlp=False; leave d_ff out")
-        check_bool("norm", norm)
+        check_setting("norm", norm, "rms")
+        norm_eps = check_number("norm_eps", norm_eps, 0.0, None, "()")
+        if not check_bool("bias", bias) and d_latent is not None:
+            raise ValueError("bias=False with d_latent: latent attention here keeps its b_O")
+        check_bool("tie_embeddings", tie_embeddings)
         d_ff = 4 * d_model if d_ff is None else check_positive_int("d_ff", d_ff)
         dropout = check_probability("dropout", dropout)
         self.vocab_size, self.max_len, self.d_model = vocab_size, max_len, d_model
@@ -154,8 +167,19 @@ class Decoder(nn.Module):
                 return LatentAttention(d_model, n_heads, d_latent, d_head)
             rotary = positions == "rotary"
             return GroupedQueryAttention(
-                d_model, n_heads, n_kv_heads or n_heads, d_head, rotary=rotary
-            )
+                d_model, n_heads, n_kv_heads or n_heads, d_head,
+                bias=bias, rotary=rotary, rope_base=rope_base,
+            )  # fmt: skip
+
+        def feed_forward() -> nn.Module | None:
+            if mlp == "swiglu":
+                return SwiGLU(d_model, d_ff)
+            return FeedForward(d_model, d_ff, dropout, bias=bias) if mlp else None
+
+        def make_norm() -> nn.Module:
+            if norm == "rms":
+                return nn.RMSNorm(d_model, eps=norm_eps)
+            return nn.LayerNorm(d_model, eps=norm_eps) if norm else nn.Identity()
 
         self.embed = nn.Embedding(vocab_size, d_model)
         if positions == "learned":
@@ -164,10 +188,12 @@ class Decoder(nn.Module):
             pe = sinusoidal_positions(max_len, check_even("d_model", d_model, SINUSOIDAL))
             self.register_buffer("pos_table", pe, persistent=False)  # (max_len, d_model)
         self.layers = nn.ModuleList(
-            Block(attention(), d_model, d_ff, dropout, mlp=mlp, norm=norm) for _ in range(n_layers)
+            Block(attention(), feed_forward(), make_norm, dropout) for _ in range(n_layers)
         )
-        self.norm = nn.LayerNorm(d_model) if norm else nn.Identity()
-        self.unembed = nn.Linear(d_model, vocab_size)
+        self.norm = make_norm()
+        self.unembed = nn.Linear(d_model, vocab_size, bias=bias)
+        if tie_embeddings:
+            self.unembed.weight = self.embed.weight  # one matrix, (vocab_size, d_model)
         init_model(self)  # embeddings N(0, 1), linear layers Xavier (attention: its own init)
 
     def forward(
@@ -177,7 +203,8 @@ class Decoder(nn.Module):
         cache: list[KVCache] | None = None,
     ) -> Tensor:
         """Logits of every position of ``tokens``; with ``cache``, ``tokens`` continue the
-        sequence the cache holds (positions start at its length) and the cache grows.
+        sequence the cache holds (and the cache grows). Positions count real tokens only
+        (``token_positions``): a left-padded sequence is the same sequence.
 
         Shapes: tokens (batch, seq), key_padding_mask (batch, seq), True at padding
         -> (batch, seq, vocab_size).
@@ -190,14 +217,36 @@ class Decoder(nn.Module):
                 f"max_len={self.max_len}"
             )
         x = self.embed(tokens)  # (batch, seq, d_model)
-        at = torch.arange(past, past + tokens.shape[1], device=tokens.device)  # positions
+        at = self.token_positions(tokens, key_padding_mask, cache)  # None: past, past + 1, ...
+        if at is None and self.positions in ("learned", "sinusoidal"):
+            at = torch.arange(past, past + tokens.shape[1], device=tokens.device)  # (seq,)
         if self.positions == "learned":
             x = x + self.pos(at)
         elif self.positions == "sinusoidal":
-            x = x + self.pos_table[at]  # (seq, d_model), broadcast over the batch
+            x = x + self.pos_table[at]  # (seq or batch x seq, d_model)
+        rotary = at if self.positions == "rotary" else None
         for i, layer in enumerate(self.layers):
-            x = layer(x, key_padding_mask, None if cache is None else cache[i])
+            x = layer(x, key_padding_mask, None if cache is None else cache[i], rotary)
         return self.unembed(self.norm(x))  # (batch, seq, vocab_size)
+
+    def token_positions(
+        self, tokens: Tensor, key_padding_mask: Tensor | None, cache: list[KVCache] | None
+    ) -> Tensor | None:
+        """Where each new token sits when something is padded: positions count the real
+        tokens before it (as transformers derives ``position_ids`` from the attention mask),
+        so a left-padded prompt is the same prompt; a padding token takes 0. None when
+        nothing in the cache or the new tokens is padded: positions ``past, past + 1, ...``.
+
+        Shapes: tokens (batch, seq), key_padding_mask (batch, seq) -> (batch, seq) or None.
+        """
+        held = cache[0].key_padding_mask if cache else None  # (batch, past), True at pad
+        if key_padding_mask is None and held is None:
+            return None
+        pad = torch.zeros_like(tokens, dtype=torch.bool) if key_padding_mask is None else (
+            check_bool_mask("key_padding_mask", key_padding_mask, tokens.shape, "True at pad")
+        )  # fmt: skip
+        before = self.check_cache(cache) if held is None else (~held).sum(1, keepdim=True)
+        return (before + (~pad).cumsum(1) - 1).clamp(min=0)  # (batch, seq)
 
     def new_cache(self) -> list[KVCache]:
         """An empty cache: one ``KVCache`` per layer. Shapes: none."""
@@ -228,7 +277,8 @@ class Decoder(nn.Module):
         """Greedy decoding: append the most likely next token ``n_new`` times. With
         ``use_cache`` each step feeds only the newest token (the cache holds the rest);
         without, each step recomputes the whole prefix. Both give the same tokens.
-        ``key_padding_mask`` marks padding in the prompt (left padding).
+        ``key_padding_mask`` marks padding in the prompt (left padding); a padded prompt
+        continues as it would alone.
 
         Shapes: prompt (batch, prompt_len) -> (batch, prompt_len + n_new).
         """

@@ -15,14 +15,12 @@ A hook is ``fn(tensor, name) -> tensor or None``: returning a tensor replaces th
 activation (forward) or the gradient (backward). ``name`` in ``(name, fn)`` is a module path
 or a predicate on paths.
 
-Some hook points exist only on an explicit path: an attention module computes its
-``scores`` and ``pattern`` only on that path (otherwise a fused kernel never stores them).
-Such hook points have ``needs_materialize = True``. The module takes the explicit path when
-its public switch ``materialize`` is True or while ``explicit_requests > 0``: the functions
-here count one request per live handle (and per ``materialized`` block), so hooks can be
-added and removed in any order without switching off another's path. A torch hook
-registered by hand on such a point would be skipped on the fused path, so the point refuses
-it and names these functions instead.
+An attention module computes its ``scores`` and ``pattern`` only on its explicit path (a
+fused kernel never stores them): such hook points have ``needs_materialize = True``. The
+module takes that path while its switch ``materialize`` is True or ``explicit_requests > 0``;
+the functions here count one request per live handle, so hooks can be added and removed in
+any order. A torch hook registered by hand on such a point would be skipped on the fused
+path, so the point refuses it and names these functions instead.
 """
 
 from __future__ import annotations
@@ -122,23 +120,6 @@ def _request(owners: list[nn.Module], step: int) -> None:
     """Count (``step=1``) or withdraw (``step=-1``) one request for each owner's explicit path."""
     for owner in owners:
         owner.explicit_requests += step
-
-
-@contextmanager
-def materialized(model: nn.Module, paths: Iterable[str] | None = None) -> Iterator[nn.Module]:
-    """Put the attention modules owning the hook points at ``paths`` (default: all) on
-    their explicit path for the body (one request each; ``materialize`` is left alone).
-
-    Shapes: none.
-    """
-    _check_model(model)
-    paths = list(hook_points(model) if paths is None else paths)
-    owners = _owners(model, paths)
-    _request(owners, 1)
-    try:
-        yield model
-    finally:
-        _request(owners, -1)
 
 
 class HookHandles:

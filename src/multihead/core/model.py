@@ -9,15 +9,13 @@ is the residual stream entering a layer.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
-from multihead._checks import check_choice, check_number
 from multihead.core.attention import AttentionLayer, MultiHeadAttention
-from multihead.core.config import INIT_SCHEMES, ModelConfig
+from multihead.core.config import ModelConfig
 from multihead.core.hooks import HookPoint
+from multihead.core.init import init_model
 from multihead.core.talking_heads import TalkingHeadsAttention
 
 
@@ -32,13 +30,26 @@ def _mha(cfg: ModelConfig) -> MultiHeadAttention:
 class FeedForward(nn.Module):
     """Position-wise MLP. Shapes: (batch, seq, d_model) -> (batch, seq, d_model)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.fc1, self.fc2 = nn.Linear(d_model, d_ff, bias), nn.Linear(d_ff, d_model, bias)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.drop(torch.nn.functional.gelu(self.fc1(x))))
+
+
+class SwiGLU(nn.Module):
+    """The gated MLP of Llama-family models (Shazeer 2020), without biases:
+    ``down(silu(gate(x)) * up(x))``. Shapes: (batch, seq, d_model) -> (batch, seq, d_model)."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(d_model, d_ff, False), nn.Linear(d_model, d_ff, False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
 
 
 class Layer(nn.Module):
@@ -198,64 +209,10 @@ class EncoderDecoder(nn.Module):
         return out[:, 1:]
 
 
-# ---------------------------------------------------------------------- init schemes
 def attention_modules(model: nn.Module) -> list[tuple[str, AttentionLayer]]:
     """Every attention layer in ``model`` (multi-head, grouped-query, latent, talking-heads)
     with its path, in forward order. Shapes: none."""
     return [(n, m) for n, m in model.named_modules() if isinstance(m, AttentionLayer)]
-
-
-@torch.no_grad()
-def init_model(model: nn.Module, scheme: str = "xavier", gain: float = 1.0, epsilon: float = 0.0):
-    """Initialise ``model`` in place by a named scheme.
-
-    * ``"xavier"``: Xavier-uniform matrices, zero biases, N(0, 1) embeddings.
-    * ``"scaled"``: Xavier times ``gain`` (small or large init).
-    * ``"ds_init"``: depth-scaled (Zhang, Titov and Sennrich 2019): the matrices of layer
-      ``l`` (1-based within its stack) are Xavier times ``gain / sqrt(l)``.
-    * ``"shared_heads"``: Xavier, then in every attention module each head copies head 0
-      (``W_Q``, ``W_K``, ``W_V`` and its block of ``W_O``), plus Gaussian noise of standard
-      deviation ``epsilon`` times the weight's own standard deviation.
-
-    Shapes: none (modifies parameters in place).
-    """
-    check_choice("scheme", scheme, INIT_SCHEMES)
-    check_number("gain", gain, 0.0, None, "()")
-    check_number("epsilon", epsilon, 0.0)
-    for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
-            module.reset_parameters()
-        elif isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight)
-    if scheme == "xavier":
-        return model
-    layers = [
-        (depth, layer)
-        for stack in model.modules()
-        if isinstance(stack, Stack)
-        for depth, layer in enumerate(stack.layers, start=1)  # depth l within its stack
-    ]
-    for depth, module in layers:
-        if scheme == "scaled":
-            factor = gain
-        elif scheme == "ds_init":
-            factor = gain / math.sqrt(depth)
-        else:
-            factor = 1.0
-        for sub in module.modules():
-            if isinstance(sub, MultiHeadAttention):
-                for W in (sub.W_Q, sub.W_K, sub.W_V, sub.W_O):
-                    W.mul_(factor)
-            elif isinstance(sub, nn.Linear):
-                sub.weight.mul_(factor)
-    if scheme == "shared_heads":
-        for _, attn in attention_modules(model):
-            for W in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O):
-                W.copy_(W[:1].expand_as(W) + epsilon * W.std() * torch.randn_like(W))
-    return model
 
 
 def count_parameters(model: nn.Module) -> int:

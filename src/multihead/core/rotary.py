@@ -2,15 +2,19 @@
 keys, so that a score depends on how far apart two tokens are and not on where they are.
 
 Each head's vector is cut into pairs of coordinates ``(2i, 2i + 1)``; at position ``t`` pair
-``i`` is rotated by the angle ``t w_i``, with the frequencies ``w_i = base ** (-2i / d_head)``
-of the sinusoidal encodings (``core.positions.frequencies`` with ``d_model = d_head``).
+``i`` turns by the angle ``t w_i``, with the frequencies ``w_i = base ** (-2i / d_head)`` of
+the sinusoidal encodings (``core.positions.frequencies``). In column form (chapter 10)
+``R_t`` is block diagonal with blocks ``[[cos, -sin], [sin, cos]]`` of angle ``t w_i``; our
+vectors are rows, so ``rotate(x, [t]) == x @ rotary_matrix(t).T``. ``R_t`` is chapter 4b's
+offset map ``R_k`` with ``k = t`` (``core.positions.offset_map``), so ``R_t^T R_s = R_{s-t}``:
+a score depends on the offset ``s - t`` alone.
 
-Convention (column vectors, as in chapter 10): ``R_t`` is block diagonal with the 2x2 blocks
-``[[cos t w_i, -sin t w_i], [sin t w_i, cos t w_i]]``, and the rotated vector is ``R_t x``.
-Our vectors are rows, so ``rotate(x, [t]) == x @ rotary_matrix(t).T``. ``R_t`` is exactly the
-offset map ``R_k`` of chapter 4b's theorem with ``k = t`` (``core.positions.offset_map``), so
-``R_t^T R_s = R_{s - t}``: the score of a query rotated at ``t`` and a key rotated at ``s``
-is ``q R_{s - t} k^T`` (rows), a function of the offset ``s - t`` alone.
+Pairing. transformers' Llama code (``rotate_half``) pairs ``(i, i + d_head/2)`` instead: the
+same rotations after one fixed permutation of each head's coordinates, applied to queries and
+keys alike, so every score is unchanged. GGUF files store ``W_Q`` and ``W_K`` in our order
+(llama.cpp's converter permutes them; transformers' GGUF loader undoes it), so
+``multihead.pretrained.smollm`` copies them as they are and permutes only transformers'
+weights. Angles are computed in float64 on the CPU, then cast and moved (MPS has no float64).
 """
 
 from __future__ import annotations
@@ -45,13 +49,12 @@ def continue_positions(cache: object, n: int) -> Tensor:
 def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) -> Tensor:
     """Rotate each vector of ``x`` at sequence index ``j`` by ``R_{positions[j]}``: pair
     ``(2i, 2i + 1)`` turns by the angle ``positions[j] * w_i``, ``w_i = base ** (-2i / d_head)``.
-    ``positions`` may also give each sequence of a batch its own positions (left padding).
+    Positions ``(batch, seq)`` give each sequence its own (left padding).
 
-    The angles are computed in float64 on the CPU (some accelerators have no float64), then
-    cast to ``x``'s dtype and moved to its device; position 0 is exactly the identity.
+    The angles are computed in float64 on the CPU; position 0 is exactly the identity.
 
-    Shapes: x (..., seq, d_head), e.g. (batch, heads, seq, d_head); positions (seq,) or
-    (batch, seq) integers, for x (batch, heads, seq, d_head) -> like x.
+    Shapes: x (..., seq, d_head), e.g. (batch, heads, seq, d_head); positions (seq,) integers,
+    or (batch, seq) with x (batch, heads, seq, d_head) -> like x.
     """
     check_tensor("x", x, min_ndim=2, layout="(..., seq, d_head), e.g. (batch, heads, seq, d_head)")
     d_head = check_d_head(x.shape[-1])
@@ -61,17 +64,20 @@ def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) 
         ints = [check_int(f"positions[{j}]", p) for j, p in enumerate(positions)]
         positions = torch.tensor(ints, dtype=torch.long)
     check_int_tensor("positions", positions, layout="(seq,) or (batch, seq)")
-    per_batch = positions.ndim == 2 and x.ndim == 4 and positions.shape[0] == x.shape[0]
-    if positions.shape[-1] != x.shape[-2] or not (positions.ndim == 1 or per_batch):
+    if positions.ndim not in (1, 2) or positions.shape[-1] != x.shape[-2]:
         raise ValueError(
-            f"positions has shape {tuple(positions.shape)}, but x has shape {tuple(x.shape)}: "
-            "give one position per vector along the second to last dimension, (seq,), or one "
-            "row per sequence, (batch, seq) for x (batch, heads, seq, d_head)"
+            f"positions has shape {tuple(positions.shape)}, but x has seq={x.shape[-2]}: give "
+            "one position per vector along the second to last dimension, (seq,) or (batch, seq)"
         )
-    w = frequencies(d_head, base, torch.float64)  # (d_head // 2,)
-    angles = positions.cpu().to(torch.float64)[..., None] * w  # (..., seq, d_head // 2)
-    angles = angles[:, None] if per_batch else angles  # (batch, 1, seq, d_head // 2)
-    cos, sin = (f(angles).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin))
+    if positions.ndim == 2 and (x.ndim != 4 or positions.shape[0] != x.shape[0]):
+        raise ValueError(
+            f"positions (batch, seq) needs x (batch, heads, seq, d_head), got {x.shape}"
+        )
+    w = frequencies(d_head, base, torch.float64)  # (d_head // 2,), on the CPU
+    angles = positions.to("cpu", torch.float64)[..., None] * w  # (..., seq, d_head // 2)
+    cos, sin = (f(angles).to(x.device, x.dtype) for f in (torch.cos, torch.sin))
+    if positions.ndim == 2:  # (batch, 1, seq, d_head // 2): the same for every head
+        cos, sin = cos[:, None], sin[:, None]
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., seq, d_head // 2) each
     # the column rule R_t x, pair by pair: (a, b) -> (a cos - b sin, a sin + b cos)
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
