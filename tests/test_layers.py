@@ -30,6 +30,7 @@ ALLOWED = {
 # rule.)
 SUPPORT = {"_checks", "tasks.lexicon", "exercises._common"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
+SUPPORT |= {"analysis.effects", "analysis.intervals"}  # reached through analysis.verdict
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:
