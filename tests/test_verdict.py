@@ -213,8 +213,10 @@ def test_combine_takes_the_primary_word_and_shows_the_others():
     assert wide.level == pytest.approx(1 - 0.05 / 3) and wide.low < yes.effect.low
     with pytest.raises(ValueError, match="primary"):
         combine({"a": yes}, primary="z")
-    with pytest.raises(TypeError, match="itself combined"):
-        combine({"x": c}, primary="x")
+    nested = combine({"x": c, "d": yes}, primary="x")  # a combined condition adds its own
+    assert nested.primary == "x: a" and [n for n, _ in nested.conditions][1:] == [
+        "x: b", "x: c", "d"]  # fmt: skip
+    assert dict(nested.conditions)["d"].effect.level == pytest.approx(1 - 0.05 / 4)
     with pytest.raises(TypeError, match="primary"):
         combine({"a": yes})
 

@@ -320,32 +320,29 @@ def _at(v: Verdict, level: float) -> Verdict:
 def combine(conditions: Mapping[str, Verdict], *, primary: str) -> Verdict:
     """One verdict for a claim tested in several named conditions: every condition judged
     at the Bonferroni level over their number, the word the ``primary`` condition's (named
-    before the run), the others shown beside it (``Verdict.others``).
+    before the run), the others shown beside it (``Verdict.others``). A condition that is
+    itself combined adds its conditions as ``"name: condition"`` (naming it as the primary
+    names its primary).
 
     Shapes: none.
     """
     if not isinstance(conditions, Mapping) or not conditions:
         raise TypeError("conditions must be a non-empty dict {condition name: Verdict}")
+    flat: dict[str, Verdict] = {}
     for name, v in conditions.items():
-        if not isinstance(name, str) or not isinstance(v, Verdict):
+        if not isinstance(name, str) or not isinstance(v, Verdict) or v.effect is None:
             raise TypeError(f"conditions[{name!r}] must be a Verdict named by a str")
-        if v.conditions or v.effect is None:
-            raise TypeError(f"conditions[{name!r}] is itself combined: list its conditions")
-    if primary not in conditions:
-        raise ValueError(f"primary={primary!r} must name one of {list(conditions)}")
-    level = 1 - (1 - LEVEL) / len(conditions)
-    judged = {name: _at(v, level) for name, v in conditions.items()}
+        if name == primary and v.conditions:
+            primary = f"{name}: {v.primary}"
+        flat.update({f"{name}: {n}": c for n, c in v.conditions} if v.conditions else {name: v})
+    if primary not in flat:
+        raise ValueError(f"primary={primary!r} must name one of {list(flat)}")
+    level = 1 - (1 - LEVEL) / len(flat)
+    judged = {name: _at(v, level) for name, v in flat.items()}
     order = [primary, *(n for n in judged if n != primary)]
     first = judged[primary]
-    return Verdict(
-        first.word,
-        first.effect,
-        first.minimal,
-        first.margin,
-        first.competence,
-        tuple((n, judged[n]) for n in order),
-        primary,
-    )
+    return Verdict(first.word, first.effect, first.minimal, first.margin, first.competence,
+                   tuple((n, judged[n]) for n in order), primary)  # fmt: skip
 
 
 def _effect(data: dict) -> Effect:
