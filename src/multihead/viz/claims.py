@@ -97,7 +97,8 @@ def claim(
         record = number_seeds(verdict.record(), runtime.seed_offset())
         glue(glue_name(claim_id, "record"), json.dumps(record), display=False)
     print(f"claim {claim_id}: {word} ({evidence})")
-    print(f"    {_beside_the_book(claim_id, word)}")
+    if record is not None:  # a computed word: the reader's run beside the book's
+        print(f"    {_beside_the_book(claim_id, word)}")
     log = os.environ.get(LOG_ENV)
     if log:
         row: dict = {"claim": claim_id, "word": word, "mode": runtime.mode()}
