@@ -57,6 +57,7 @@ def test_a_claim_pools_the_books_run_with_the_sweeps_seed_sets():
     modes["full"]["4987"]["record"] = _record([0.2, 0.25, 0.3, 0.22, 0.27], 4987, minimal=0.2)
     row = verdicts.entry(book, modes)
     assert row["stale"] == ["4987"] and row["pooled"] == ["0"] and row["word"] == "partly"
+    assert "rests on 5 seeds, fewer than the 10 the book asks" in stability.describe(row)
 
 
 def test_a_stated_word_and_a_run_without_records_keep_the_notebooks_word():

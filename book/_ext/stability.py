@@ -18,6 +18,7 @@ from docutils import nodes
 from docutils.parsers.rst import Directive
 
 PUBLISHED = "src/multihead/viz/book_verdicts.json"
+MIN_POOLED = 10  # full-mode seeds a published word rests on
 ORDER = ["reproduced", "partly", "ruled out", "no clear effect", "contradicted",
          "not at this scale", "proved and checked", "open"]  # fmt: skip
 
@@ -31,6 +32,10 @@ def describe(row: dict) -> list[str]:
     lines = []
     if row.get("effect"):
         lines.append(f"pooled: {row['effect']}")
+        if (row.get("seeds") or 0) < MIN_POOLED:
+            lines.append(
+                f"rests on {row['seeds']} seeds, fewer than the {MIN_POOLED} the book asks"
+            )
     else:
         lines.append("the book's run alone (no per-seed effects recorded yet)")
     sets = row.get("sets", {})
