@@ -46,6 +46,15 @@ seed's correlation already carries the chance noise of a finite set of units, so
 the interval to clear the band as well counted that noise twice, and only the interval can
 be compared with a minimal size on both sides.
 
+A claim in a notebook, with its test data drawn for the seed set (``runtime.data_seed``)::
+
+    learned = competence("the baseline learned the lookup", base_loss_per_seed,
+                         measure="test loss", at_most=0.1)
+    v = judge(paired(loss_mqa, loss_mha, claimed="higher"), minimal=0.01, competence=learned)
+    v_as_good = judge(paired(loss_mla, loss_mha, claimed="lower"), margin=0.01)
+    v_all = combine({"4 kv heads": v4, "2 kv heads": v2}, primary="2 kv heads")
+    claim("ch10-mqa-degrades", v, "test loss per sequence ...")  # glues word and record
+
 **Records.** ``Verdict.record()`` is a JSON-able dict of what the word rests on (per-seed
 values keyed by seed, each seed set's example-noise term, the minimal size or margin, the
 competence values, the conditions); ``pool(records)`` judges the seed sets of several runs
