@@ -48,17 +48,37 @@ def test_spread():
         claims.spread([1.0], "x")
 
 
-def test_claim_with_a_verdict_adds_its_effect_and_logs_it(capsys, tmp_path, monkeypatch):
-    from multihead.analysis.verdict import judge, per_seed
+def test_claim_with_a_verdict_adds_its_effect_and_logs_its_record(capsys, tmp_path, monkeypatch):
+    from multihead.analysis.verdict import judge, per_seed, pool
 
     log = tmp_path / "verdicts.jsonl"
     monkeypatch.setenv(claims.LOG_ENV, str(log))
-    v = judge(per_seed([0.2, 0.3, 0.25], claimed="higher"))
+    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "200")
+    v = judge(per_seed([0.2, 0.3, 0.25], claimed="higher"), minimal=0.1)
     claims.claim("key-size", v, "gain per seed", fmt="+.2f")
     out = capsys.readouterr().out
     assert "claim key-size: reproduced (gain per seed; effect +0.25 (95% interval" in out
     claims.claim("key-size-proof", "proved and checked", "to 1e-9")
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert rows[0]["claim"] == "key-size" and rows[0]["word"] == "reproduced"
-    assert rows[0]["low"] < 0.25 < rows[0]["high"] and rows[0]["seeds"] == 3
-    assert rows[1] == {"claim": "key-size-proof", "word": "proved and checked"}
+    assert rows[0]["offset"] == 200 and rows[0]["mode"] in ("fast", "full")
+    # the record holds the per-seed effects, numbered from the offset, and judges again
+    assert rows[0]["record"]["effect"]["sets"][0]["ids"] == [200, 201, 202]
+    assert pool([rows[0]["record"]]).word == "reproduced"
+    assert "record" not in rows[1] and rows[1]["word"] == "proved and checked"
+
+
+def test_a_run_shows_its_word_beside_the_books(capsys, monkeypatch):
+    from multihead.analysis.verdict import judge, per_seed
+
+    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET", raising=False)
+    book = claims.book_words()
+    assert book, "the package carries no book words (python -m tools.verdicts --publish)"
+    claim_id, entry = next(iter(sorted(book.items())))
+    v = judge(per_seed([0.2, 0.3, 0.25], claimed="higher"), minimal=0.1)
+    claims.claim(claim_id, v, "a reader's run")
+    out = capsys.readouterr().out
+    assert f"the book ({entry['basis']}): {entry['word']}" in out
+    assert "this run (" in out and "): reproduced" in out
+    claims.claim("not-a-book-claim", v, "a new claim")
+    assert "the book has no word for this claim yet" in capsys.readouterr().out

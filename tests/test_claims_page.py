@@ -1,8 +1,10 @@
-"""The claims page: every row's verdict and evidence are pasted from a notebook's glue, every
-claim a notebook records has a row, and every chapter links to its rows."""
+"""The claims page: every row's evidence is pasted from a notebook's glue and its verdict is
+the published word of a claim that notebook records, every claim a notebook records has a
+row, and every chapter links to its rows."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -13,6 +15,7 @@ from multihead.viz.claims import VERDICTS, glue_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "claims.md"
+PUBLISHED = ROOT / "src" / "multihead" / "viz" / "book_verdicts.json"
 GLUE = re.compile(r"\{glue:text\}`\.\./notebooks/([\w]+)\.ipynb::(claim_\w+_(verdict|evidence)):s`")
 # A row is | claim | source | verdict |. The claim cell: the id in small type, the claim, and
 # the evidence and the assert behind it folded into a <details> element.
@@ -30,7 +33,7 @@ def _rows() -> list[tuple[str, str, list[str]]]:
     for line in PAGE.read_text().splitlines():
         if m := re.match(r"\(claims-ch(\d+)\)=", line):
             chapter = m.group(1)
-        if line.startswith("|") and not line.startswith(("| claim |", "|---")):
+        if chapter and line.startswith("|") and not line.startswith(("| claim |", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
             assert len(cells) == 3, f"expected | claim | source | verdict |, got {line[:80]}"
             m = CLAIM.fullmatch(cells[0])
@@ -40,6 +43,7 @@ def _rows() -> list[tuple[str, str, list[str]]]:
     return rows
 
 
+@functools.cache
 def _glued(stem: str) -> dict[str, str]:
     nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
     out = {}
@@ -51,26 +55,46 @@ def _glued(stem: str) -> dict[str, str]:
     return out
 
 
-def test_every_row_pastes_its_verdict_and_evidence_from_glue():
+def test_every_row_pastes_its_evidence_and_shows_the_published_word():
     rows = _rows()
     assert rows, "the claims page has no rows"
     ids = [cid for _, cid, _ in rows]
     assert len(ids) == len(set(ids)), "a claim id appears twice on the claims page"
+    published = json.loads(PUBLISHED.read_text())
     for chapter, cid, cells in rows:
         assert len(cells) == 6, f"row {cid}: expected 6 fields, got {len(cells)}"
         assert all(cells), f"row {cid}: an empty field"
-        verdict, _, stability = cells[3].partition(" <br>")
-        assert stability == f"{{stability}}`{cid}`", f"row {cid}: no stability under the verdict"
-        for cell, field in ((verdict, "verdict"), (cells[4], "evidence")):
-            m = GLUE.fullmatch(cell)
-            assert m, f"row {cid}: the {field} cell must be one {{glue:text}} reference"
-            stem, name = m.group(1), m.group(2)
-            assert stem.startswith(chapter), f"row {cid} sits under chapter {chapter}"
-            assert name == glue_name(cid, field), f"row {cid}: glue name {name}"
-            glued = _glued(stem)
-            assert name in glued, f"row {cid}: {stem} does not glue {name}"
-            if field == "verdict":
-                assert glued[name].strip("'") in VERDICTS, f"row {cid}: {glued[name]}"
+        assert cells[3] == f"{{verdict}}`{cid}`", f"row {cid}: the verdict cell is {{verdict}}`id`"
+        m = GLUE.fullmatch(cells[4])
+        assert m, f"row {cid}: the evidence cell must be one {{glue:text}} reference"
+        stem, name = m.group(1), m.group(2)
+        assert stem.startswith(chapter), f"row {cid} sits under chapter {chapter}"
+        assert name == glue_name(cid, "evidence"), f"row {cid}: glue name {name}"
+        glued = _glued(stem)
+        assert name in glued, f"row {cid}: {stem} does not glue {name}"
+        word = glued.get(glue_name(cid, "verdict"), "").strip("'")
+        assert word in VERDICTS, f"row {cid}: {stem} glues no verdict word ({word!r})"
+        assert published.get(cid, {}).get("word") in VERDICTS, f"row {cid}: no published word"
+
+
+def test_every_row_states_where_its_minimal_size_comes_from():
+    # A computed word rests on a minimal size or margin; the row's "Backed by" names it.
+    for _, cid, cells in _rows():
+        word = _glued_word(cid)
+        if word in ("proved and checked", "open"):
+            continue
+        backed = cells[5]
+        assert "minimal size" in backed or "margin" in backed or "bar" in backed, (
+            f"row {cid}: its Backed by names no minimal size or margin"
+        )
+
+
+def _glued_word(cid: str) -> str:
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        glued = _glued(nb.stem)
+        if glue_name(cid, "verdict") in glued:
+            return glued[glue_name(cid, "verdict")].strip("'")
+    return ""
 
 
 def test_every_recorded_claim_has_a_row():

@@ -31,6 +31,7 @@ ALLOWED = {
 SUPPORT = {"_checks", "tasks.lexicon", "exercises._common", "core.cache", "core.init"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
 SUPPORT |= {"pretrained.smollm"}  # SmolLM2 in the course's Decoder, for a chapter to come
+SUPPORT |= {"analysis.effects", "analysis.intervals"}  # reached through analysis.verdict
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:

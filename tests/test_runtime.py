@@ -101,3 +101,16 @@ def test_threads_sets_the_count_for_a_block_and_restores_it(monkeypatch):
         assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_test_data_are_drawn_again_for_each_seed_set(monkeypatch):
+    monkeypatch.delenv("MULTIHEAD_SEED_OFFSET", raising=False)
+    assert runtime.data_seed(10_000) == 10_000  # the book's seeds keep the book's test set
+    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "4987")
+    at_4987 = runtime.data_seed(10_000)
+    assert at_4987 != 10_000 and at_4987 == runtime.data_seed(10_000)  # fixed per set
+    assert runtime.data_seed(0) != at_4987  # another base, another seed
+    monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", "7987")
+    assert runtime.data_seed(10_000) not in (10_000, at_4987)
+    with pytest.raises(ValueError, match="base"):
+        runtime.data_seed(-1)

@@ -108,21 +108,30 @@ def test_a_sweep_runs_a_notebook_at_each_offset(tmp_path):
     assert sweep[1]["05_demo"]["errors"] == []  # the failing assert did not stop the cell
     json.dumps(sweep)  # the sweep can be written out
     assert merge_verdicts(sweep) == {
-        "demo-even": {"fast": {"0": "proved and checked", "1": "open"}}
+        "demo-even": {"fast": {"0": {"word": "proved and checked"}, "1": {"word": "open"}}}
     }
 
 
 def test_verdicts_merge_over_sweeps_run_in_parts():
-    def sweep(offset, word, full):
-        return {offset: {"05_x": {"verdicts": [{"claim": "c", "word": word}], "full": full}}}
+    def sweep(offset, word, full, record=None):
+        row = {"claim": "c", "word": word} | ({"record": record} if record else {})
+        return {offset: {"05_x": {"verdicts": [row], "full": full}}}
 
-    first = merge_verdicts(sweep(100, "partly", False))
-    second = merge_verdicts(sweep(100, "reproduced", True), first)
+    older = {"c": {"fast": {"100": "partly"}}}  # a file of words only, as sweeps once wrote
+    first = merge_verdicts(sweep(300, "partly", False), older)
+    second = merge_verdicts(sweep(100, "reproduced", True, {"r": 1}), first)
     third = merge_verdicts(sweep(200, "no clear effect", True), second)
     assert third == {
-        "c": {"fast": {"100": "partly"}, "full": {"100": "reproduced", "200": "no clear effect"}}
-    }
-    assert first == {"c": {"fast": {"100": "partly"}}}  # merging copies, never edits
+        "c": {
+            "fast": {"100": {"word": "partly"}, "300": {"word": "partly"}},
+            "full": {"100": {"word": "reproduced", "record": {"r": 1}},
+                     "200": {"word": "no clear effect"}},
+        }
+    }  # fmt: skip
+    again = merge_verdicts(sweep(100, "partly", True, {"r": 2}), third)
+    assert again["c"]["full"]["100"] == {"word": "partly", "record": {"r": 2}}  # replaced
+    assert first["c"]["fast"] == {"100": {"word": "partly"}, "300": {"word": "partly"}}
+    assert older == {"c": {"fast": {"100": "partly"}}}  # merging copies, never edits
 
 
 def test_the_markdown_summary_lists_what_failed():
@@ -143,6 +152,7 @@ def test_bad_command_lines_say_what_is_wrong(capsys):
         (["--offsets", "-5"], "--offsets must be non-negative"),
         ([], "give --offsets"),
         (["--offsets", "1", "--notebooks", "99"], "matches no notebook"),
+        (["--full", "--offsets", "4987", "5000"], "at least 100 apart"),
     ):
         with pytest.raises(SystemExit):
             main(argv)

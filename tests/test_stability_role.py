@@ -1,8 +1,13 @@
-"""The claims page's stability text: the book's word against the sweep's words."""
+"""The published words: the claims page's verdict cells, the counts, and the package data that
+every reader's run compares with, which must be what the recorded runs pool to."""
 
 import importlib.util
 import json
 from pathlib import Path
+
+import pytest
+
+from tools import verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("stability", ROOT / "book/_ext/stability.py")
@@ -10,45 +15,99 @@ stability = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stability)
 
 
-def test_describe_counts_the_same_word_and_names_the_others():
+def test_the_package_holds_what_the_recorded_runs_pool_to():
+    published = json.loads(verdicts.PACKAGE.read_text())
+    fresh = verdicts.publish(verdicts.read_notebooks(), verdicts.load_sweep())
+    stale = sorted(c for c in set(published) | set(fresh) if published.get(c) != fresh.get(c))
+    assert not stale, (
+        f"{len(stale)} published words differ from the recorded runs (e.g. {stale[:3]}): "
+        "python -m tools.verdicts --publish"
+    )
+    assert stability.PUBLISHED == str(verdicts.PACKAGE.relative_to(ROOT))
+
+
+def _record(values, offset, minimal=0.1):
+    from multihead.analysis.verdict import judge, number_seeds, per_seed
+
+    return number_seeds(judge(per_seed(values, claimed="higher"), minimal=minimal).record(), offset)
+
+
+def test_a_claim_pools_the_books_run_with_the_sweeps_seed_sets():
+    book = {"word": "partly", "record": _record([0.05, 0.12, 0.2, 0.1, 0.15], 0)}
     modes = {
-        "full": {"0": "partly", "100": "partly", "200": "no clear effect"},
-        "fast": {"0": "no clear effect", "100": "partly", "300": "no clear effect"},
+        "full": {
+            "4987": {"word": "reproduced", "record": _record([0.2, 0.25, 0.3, 0.22, 0.27], 4987)},
+            "7987": {"word": "partly"},  # an older run without a record: shown, not pooled
+        },
+        "fast": {"0": {"word": "no clear effect"}, "300": {"word": "partly"}},
     }
-    text = stability.describe("partly", modes)
-    assert text == (
-        "same word at 1 of 2 other seed sets (no clear effect at 200); same word "
-        "at 1 of 3 seed sets in fast mode (no clear effect at the book's seeds, 300)"
+    row = verdicts.entry(book, modes)
+    assert row["pooled"] == ["0", "4987"] and row["seeds"] == 10
+    assert row["basis"] == "10 seeds in 2 seed sets" and row["word"] == "reproduced"
+    assert row["sets"] == {"0": "partly", "4987": "reproduced", "7987": "partly"}
+    assert row["loo"] is False  # the book's set alone says partly
+    lines = stability.describe(row)
+    assert lines[0].startswith("pooled: +0.186 (95% interval")
+    assert lines[1] == (
+        "each seed set's word: same at 1 of 3 (partly at the book's seeds; partly at offset 7987)"
     )
-    assert stability.describe("partly", {}) == "not swept yet"
-    assert stability.describe("partly", {"fast": {"100": "partly"}}) == (
-        "other seed sets not yet run in full mode; same word at 1 of 1 seed sets in fast mode"
-    )
+    assert "leaving out one seed set changes the pooled word" in lines
+    assert lines[-1] == "fast mode: same word at 0 of 2 seed sets"
+    # a sweep set judged by another minimal size is left out and named
+    modes["full"]["4987"]["record"] = _record([0.2, 0.25, 0.3, 0.22, 0.27], 4987, minimal=0.2)
+    row = verdicts.entry(book, modes)
+    assert row["stale"] == ["4987"] and row["pooled"] == ["0"] and row["word"] == "partly"
+    assert "rests on 5 seeds, fewer than the 10 the book asks" in stability.describe(row)
 
 
-def test_every_claim_of_the_committed_notebooks_has_a_book_word():
-    words = stability._book_words(ROOT)
-    assert len(words) >= 80
-    assert all(w for w in words.values())
+def test_a_stated_word_and_a_run_without_records_keep_the_notebooks_word():
+    row = verdicts.entry({"word": "proved and checked", "record": None}, {})
+    assert row["word"] == "proved and checked" and row["effect"] is None
+    old = verdicts.entry({"word": "partly", "record": None}, {"full": {"100": {"word": "partly"}}})
+    assert old["word"] == "partly" and old["sets"] == {"0": "partly", "100": "partly"}
+    assert stability.describe(old)[:2] == [
+        "the book's run alone (no per-seed effects recorded yet)",
+        "each seed set's word: same at 2 of 2, by the rule before per-seed records",
+    ]
+
+
+def test_counts_print_words_per_chapter_and_the_stability_shares():
+    rows = {
+        "ch1-a": verdicts.entry({"word": "proved and checked", "record": None}, {}),
+        "ch2-a": verdicts.entry({"word": "partly", "record": _record([0.05, 0.1, 0.15], 0)},
+                                {"full": {"100": {"record": _record([0.1, 0.2, 0.3], 100),
+                                                  "word": "reproduced"}}}),
+    }  # fmt: skip
+    text = verdicts.counts(rows)
+    assert text.splitlines()[0] == "| chapter | partly | proved and checked | total |"
+    assert "| all | 1 | 1 | 2 |" in text
+    assert "the pooled word stays when any one seed set is left out: 0 of 1" in text
+
+
+def test_counts_tabulate_each_chapter_and_the_total_by_word():
+    words = {"ch1-a": "reproduced", "ch1-b": "proved and checked", "ch2-a": "ruled out",
+             "ch10-a": "no clear effect", "ch2-b": "contradicted"}  # fmt: skip
+    columns, rows = stability.counts(words)
+    assert columns == ["reproduced", "ruled out", "no clear effect", "contradicted",
+                       "proved and checked"]  # fmt: skip
+    assert rows == [
+        ("chapter 1", [1, 0, 0, 0, 1]),
+        ("chapter 2", [0, 1, 0, 1, 0]),
+        ("chapter 10", [0, 0, 1, 0, 0]),
+        ("all chapters", [1, 1, 1, 1, 1]),
+    ]
 
 
 def test_the_sweep_file_gives_every_claim_three_other_fast_seed_sets():
-    sweep = json.loads((ROOT / stability.VERDICTS).read_text())
-    words = stability._book_words(ROOT)
+    sweep = verdicts.load_sweep()
+    words = {c: r["word"] for c, r in verdicts.notebook_glue(verdicts.read_notebooks()).items()}
     missing = [c for c in words if len(set(sweep.get(c, {}).get("fast", {})) - {"0"}) < 3]
     assert not missing, f"no fast-mode sweep at 3 other offsets for {missing}"
     stale = sorted(set(sweep) - set(words))
     assert not stale, f"the sweep file has claims no notebook makes: {stale}"
 
 
-def test_counts_tabulate_each_chapter_and_the_total_by_word():
-    words = {"ch1-a": "reproduced", "ch1-b": "proved and checked", "ch2-a": "reproduced",
-             "ch10-a": "no clear effect", "ch2-b": "contradicted"}  # fmt: skip
-    columns, rows = stability.counts(words)
-    assert columns == ["reproduced", "no clear effect", "contradicted", "proved and checked"]
-    assert rows == [
-        ("chapter 1", [1, 0, 0, 1]),
-        ("chapter 2", [1, 0, 1, 0]),
-        ("chapter 10", [0, 1, 0, 0]),
-        ("all chapters", [2, 1, 1, 1]),
-    ]
+@pytest.mark.parametrize("claim", ["ch10-mqa-degrades", "ch1-heads-sum"])
+def test_every_published_row_has_its_lines(claim):
+    row = json.loads(verdicts.PACKAGE.read_text())[claim]
+    assert row["word"] and stability.describe(row)

@@ -10,10 +10,22 @@ sweep gives, for every assert, the offsets at which it failed::
     python -m tools.seedcheck --offsets 600 700 --notebooks 05 06 --out sweep.json
 
 It prints one row per assert that failed at some offset (cell, line, source, failures), and
-how many held everywhere. It also records every claim's verdict at every offset (``claim``
-appends it to ``MULTIHEAD_VERDICT_LOG``); ``--verdicts FILE`` merges them into the file the
-claims page reads for its stability column (``book/_generated/verdicts.json``), so a
-full-mode sweep can run in parts. Offsets run
+how many held everywhere. It also records every claim at every offset (``claim`` appends it
+to ``MULTIHEAD_VERDICT_LOG``): its word and, for a computed word, its record, the per-seed
+effects with what pooling needs (each seed's mean difference keyed by seed, the example-noise
+term of the seed set's test data, the minimal size, the competence values). ``--verdicts
+FILE`` merges them into ``book/_generated/verdicts.json``, keyed by claim, mode and offset (an
+offset run again replaces its entry), so a sweep can run in parts, on several machines, and
+merge; ``python -m tools.verdicts --publish`` then pools every full-mode seed set of a claim
+with the book's own (the record its notebook glues) into the word the book publishes::
+
+    python -m tools.seedcheck --full --offsets 4987 --verdicts book/_generated/verdicts.json
+    python -m tools.seedcheck --full --offsets 7987 --verdicts book/_generated/verdicts.json
+    python -m tools.verdicts --publish && python -m tools.verdicts --counts
+
+Each offset is a seed set: ``runtime.seeds`` shifts the replicate seeds by it and
+``runtime.data_seed`` draws the test data again for it, so offsets must lie at least 100
+apart (and from 0) for no seed to count twice. Offsets run
 side by side, one process per core, one torch thread each; the notebooks of one offset run in
 order in one process and share a checkpoint cache, so the models of notebook 05 are trained
 once for 06 and 07. Slow: a fast-mode offset costs
@@ -282,18 +294,28 @@ def render(sweep: dict[int, dict]) -> str:
 
 
 def merge_verdicts(sweep: dict[int, dict], known: dict | None = None) -> dict:
-    """``{claim id: {"fast"|"full": {offset: word}}}``: the verdict every claim got at every
-    offset of ``sweep``, merged into ``known`` (an earlier file's contents; an offset run
-    again replaces its word). A claim whose notebook stopped before it has no word there.
+    """``{claim id: {"fast"|"full": {offset: {"word": ..., "record": ...}}}}``: every claim's
+    word (and record, where its word was computed) at every offset of ``sweep``, merged into
+    ``known`` (an earlier file's contents; an offset run again replaces its entry; an older
+    file's bare words read as entries without a record). A claim whose notebook stopped
+    before it has no entry there.
 
     Shapes: none.
     """
-    table = {k: {m: dict(v) for m, v in modes.items()} for k, modes in (known or {}).items()}
+    table: dict = {}
+    for claim, modes in (known or {}).items():
+        table[claim] = {
+            m: {o: dict(e) if isinstance(e, dict) else {"word": e} for o, e in runs.items()}
+            for m, runs in modes.items()
+        }
     for offset, notebooks in sweep.items():
         for result in notebooks.values():
             mode = "full" if result.get("full") else "fast"
             for row in result.get("verdicts", []):
-                table.setdefault(row["claim"], {}).setdefault(mode, {})[str(offset)] = row["word"]
+                entry = {"word": row["word"]}
+                if row.get("record") is not None:
+                    entry["record"] = row["record"]
+                table.setdefault(row["claim"], {}).setdefault(mode, {})[str(offset)] = entry
     return {k: table[k] for k in sorted(table)}
 
 
@@ -324,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("give --offsets to run, or --load a saved sweep")
         if any(o < 0 for o in args.offsets):
             parser.error("--offsets must be non-negative integers")
+        spaced = sorted({0, *args.offsets})
+        if args.full and any(b - a < 100 for a, b in zip(spaced, spaced[1:], strict=False)):
+            parser.error("--offsets must lie at least 100 apart and from 0 in full mode, so "
+                         "that no seed counts in two seed sets")  # fmt: skip
         sweep = _run(parser, args)
     if args.out:
         args.out.write_text(json.dumps({str(k): v for k, v in sweep.items()}, indent=1) + "\n")
@@ -351,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         known = json.loads(args.verdicts.read_text()) if args.verdicts.exists() else {}
         merged = merge_verdicts(sweep, known)
         args.verdicts.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
-        print(f"verdicts of {len(merged)} claims in {args.verdicts}")
+        print(f"verdicts of {len(merged)} claims in {args.verdicts}; "
+              "python -m tools.verdicts --publish pools them into the book's words")  # fmt: skip
     return 0
 
 

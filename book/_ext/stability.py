@@ -1,12 +1,14 @@
-"""A ``{stability}`` role: how a claim's verdict fares on seed sets other than the book's.
+"""The words the book publishes, on the claims page and in the chapters.
 
-``{stability}`ch5-confidence-importance``` becomes, e.g., "same word at 2 of 2 other seed
-sets; same word at 1 of 3 seed sets in fast mode (no clear effect at 100, 300)". The book's
-word is the notebook's committed full-mode verdict (the glue ``claim_<id>_verdict``); the
-other words come from the seed sweep (``python -m tools.seedcheck --offsets ...
---verdicts book/_generated/verdicts.json``, in fast mode and with ``--full``), which records
-every claim's verdict at every offset. Fast mode's offsets include 0 when the sweep ran it:
-the book's seeds in fast mode, which is where fast and full mode differ if they do.
+Every claim's published word is its seed sets pooled (``python -m tools.verdicts --publish``
+writes them into the package, ``src/multihead/viz/book_verdicts.json``, where a reader's run
+reads them too). This extension shows them:
+
+* ``{verdict}`claim-id``` (a claims row's verdict cell): the published word; the pooled
+  effect with its interval and the seeds it rests on; each full-mode seed set's own word
+  beside it; the other conditions' words where the claim has several; fast mode's words;
+* ``{word}`claim-id``` (prose): the published word alone;
+* ``{verdict-counts}``: how many claims of each chapter get each published word.
 """
 
 import json
@@ -15,73 +17,92 @@ from pathlib import Path
 from docutils import nodes
 from docutils.parsers.rst import Directive
 
-VERDICTS = "book/_generated/verdicts.json"
+PUBLISHED = "src/multihead/viz/book_verdicts.json"
+MIN_POOLED = 10  # full-mode seeds a published word rests on
+ORDER = ["reproduced", "partly", "ruled out", "no clear effect", "contradicted",
+         "not at this scale", "proved and checked", "open"]  # fmt: skip
 
 
-def _book_words(root: Path) -> dict:
-    """{claim id: the word the committed notebooks glue}."""
-    words = {}
-    for path in sorted((root / "notebooks").glob("*.ipynb")):
-        for cell in json.loads(path.read_text()).get("cells", []):
-            for out in cell.get("outputs", []):
-                name = out.get("metadata", {}).get("scrapbook", {}).get("name", "")
-                if name.startswith("claim_") and name.endswith("_verdict"):
-                    text = out["data"].get("application/papermill.record/text/plain", "")
-                    claim = name[len("claim_") : -len("_verdict")].replace("_", "-")
-                    words[claim] = text.strip("'\"")
-    return words
+def _set_name(offset: str) -> str:
+    return "the book's seeds" if offset == "0" else f"offset {offset}"
 
 
-def describe(book_word: str | None, modes: dict) -> str:
-    """The role's text from the book's word and ``{"fast"|"full": {offset: word}}``."""
-    parts = []
-    for mode in ("full", "fast"):
-        runs = modes.get(mode, {})
-        if mode == "full":
-            runs = {o: w for o, w in runs.items() if o != "0"}  # offset 0 is the book's run
-        if not runs:
-            continue
-        same = [o for o, w in runs.items() if w == book_word]
-        scope = "other seed sets" if mode == "full" else "seed sets in fast mode"
-        text = f"same word at {len(same)} of {len(runs)} {scope}"
-        other: dict[str, list[str]] = {}
-        for o, w in sorted(runs.items(), key=lambda t: int(t[0])):
-            if w != book_word:
-                other.setdefault(w, []).append("the book's seeds" if o == "0" else o)
-        if other:
-            text += " (" + "; ".join(f"{w} at {', '.join(os)}" for w, os in other.items()) + ")"
-        parts.append(text)
-    if parts and not any(o != "0" for o in modes.get("full", {})):
-        parts.insert(0, "other seed sets not yet run in full mode")
-    return "; ".join(parts) if parts else "not swept yet"
+def describe(row: dict) -> list[str]:
+    """The lines under the word of a claims row: what it rests on and how it moves."""
+    lines = []
+    if row.get("effect"):
+        lines.append(f"pooled: {row['effect']}")
+        if (row.get("seeds") or 0) < MIN_POOLED:
+            lines.append(
+                f"rests on {row['seeds']} seeds, fewer than the {MIN_POOLED} the book asks"
+            )
+    else:
+        lines.append("the book's run alone (no per-seed effects recorded yet)")
+    sets = row.get("sets", {})
+    if len(sets) > 1:
+        words = [(o, w) for o, w in sorted(sets.items(), key=lambda t: int(t[0]))]
+        same = [o for o, w in words if w == row["word"]]
+        text = f"each seed set's word: same at {len(same)} of {len(words)}"
+        other = [f"{w} at {_set_name(o)}" for o, w in words if w != row["word"]]
+        lines.append(text + (f" ({'; '.join(other)})" if other else ""))
+        if not row.get("recorded"):
+            lines[-1] += ", by the rule before per-seed records"
+    elif not row.get("effect"):
+        lines.append("other seed sets not yet run in full mode")
+    if row.get("loo") is False:
+        lines.append("leaving out one seed set changes the pooled word")
+    if row.get("others"):
+        lines.append(f"other conditions: {row['others']}")
+    fast = row.get("fast", {})
+    if fast:
+        same = sum(w == row["word"] for w in fast.values())
+        lines.append(f"fast mode: same word at {same} of {len(fast)} seed sets")
+    return lines
 
 
-def stability_role(name, rawtext, text, lineno, inliner, options=None, content=None):
-    env = inliner.document.settings.env
-    root = Path(env.srcdir)
-    cache = env.app.__dict__.setdefault("_multihead_stability", {})
-    if "sweep" not in cache:
-        path = root / VERDICTS
-        cache["sweep"] = json.loads(path.read_text()) if path.exists() else {}
-        cache["book"] = _book_words(root)
+def _published(env) -> dict:
+    cache = env.app.__dict__.setdefault("_multihead_published", {})
+    if "rows" not in cache:
+        path = Path(env.srcdir) / PUBLISHED
+        cache["rows"] = json.loads(path.read_text()) if path.exists() else {}
+    return cache["rows"]
+
+
+def _row(inliner, rawtext, text):
+    rows = _published(inliner.document.settings.env)
     claim = text.strip()
-    if claim not in cache["book"]:
-        msg = inliner.reporter.error(f"stability role: no notebook glues a verdict for {claim!r}")
-        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
-    words = describe(cache["book"][claim], cache["sweep"].get(claim, {}))
-    return [nodes.Text(words)], []
+    if claim not in rows:
+        msg = inliner.reporter.error(
+            f"no published word for {claim!r}: python -m tools.verdicts --publish"
+        )
+        return None, ([inliner.problematic(rawtext, rawtext, msg)], [msg])
+    return rows[claim], None
+
+
+def verdict_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    row, failed = _row(inliner, rawtext, text)
+    if failed:
+        return failed
+    out = [nodes.strong("", "", nodes.emphasis(text=row["word"]))]
+    for line in describe(row):
+        out += [nodes.raw("", "<br>", format="html"), nodes.inline(text=line, classes=["small"])]
+    return out, []
+
+
+def word_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    row, failed = _row(inliner, rawtext, text)
+    if failed:
+        return failed
+    return [nodes.emphasis(text=row["word"])], []
 
 
 def counts(words: dict) -> tuple[list[str], list[tuple[str, list[int]]]]:
     """The verdict words as columns, and per chapter (and in total) how many rows give each.
 
-    A word is a column if some claim gives it: the computed words first, in the order of
-    the rule, then the stated ones.
+    A word is a column if some claim gives it, in the order of the rule's table.
     """
-    order = ["reproduced", "partly", "no clear effect", "contradicted", "proved and checked",
-             "not at this scale", "open"]  # fmt: skip
-    columns = [w for w in order if w in words.values()]
-    columns += sorted(set(words.values()) - set(columns))  # any older word still in use
+    columns = [w for w in ORDER if w in words.values()]
+    columns += sorted(set(words.values()) - set(columns))
     chapters: dict[str, list[int]] = {}
     for claim, word in sorted(words.items()):
         row = chapters.setdefault(claim.split("-")[0], [0] * len(columns))
@@ -97,7 +118,8 @@ class VerdictCounts(Directive):
 
     def run(self):
         env = self.state.document.settings.env
-        columns, rows = counts(_book_words(Path(env.srcdir)))
+        words = {c: r["word"] for c, r in _published(env).items()}
+        columns, rows = counts(words)
         header = ["chapter", *columns, "claims"]
         table = nodes.table(classes=["verdict-counts"])
         group = nodes.tgroup(cols=len(header))
@@ -120,6 +142,7 @@ class VerdictCounts(Directive):
 
 
 def setup(app):
-    app.add_role("stability", stability_role)
+    app.add_role("verdict", verdict_role)
+    app.add_role("word", word_role)
     app.add_directive("verdict-counts", VerdictCounts)
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1.0"}
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "2.0"}

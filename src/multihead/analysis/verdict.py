@@ -1,402 +1,428 @@
-"""The course's one verdict rule: an effect, its interval over seeds and test examples, a word.
+"""The course's one verdict rule: an effect's interval, the claim's minimal size, a word.
 
-Every empirical claim of the course is tested through an **effect**: one number whose sign
-the claim predicts, such as a paired difference (treatment minus control, per test example,
-per seed) or a rank correlation (per seed). This module measures it and says what it shows:
+Every empirical claim is tested through an **effect** (``analysis.effects``: ``paired``,
+``per_seed``, ``correlation``, ``solved_share``), whose 95% interval combines seeds and test
+examples. ``judge`` turns it into a word, with the claimed direction taken as positive
+(``claimed="lower"`` flips the signs), the interval ``[lo, hi]`` measured from the
+reference (no effect) and the claim's **minimal size** ``m > 0``, the smallest effect the
+claim needs, fixed before the run from the claim or its paper:
 
-* ``paired(treatment, control, claimed=...)``: per-example values of two arms on the same
-  test examples, for each seed. The effect is the mean difference over seeds and examples.
-* ``per_seed(values, claimed=...)``: one number per seed (a slope, a rank correlation, a
-  score that is not a mean over examples), with an optional permutation ``null`` of the same
-  statistic (``correlation`` builds one for a rank correlation).
-* ``judge(effect, minimal=...)``: the word, from the interval and a minimal size stated
-  before the run.
+=================  ==============================  ==========================================
+word               the interval                    read it as
+=================  ==============================  ==========================================
+reproduced         ``lo >= m``                     the claimed effect, at least its size
+partly             ``0 < lo < m <= hi``            the claimed direction; the size not shown
+ruled out          ``-m < hi < m``                 no effect of the claimed size (a smaller
+                   (and not reproduced)            one, of either sign, may remain)
+contradicted       ``hi <= -m``                    the opposite effect, at the claimed size
+no clear effect    ``lo <= 0`` and ``hi >= m``     too little data to tell
+=================  ==============================  ==========================================
 
-**The interval.** A 95% interval of Student's t. For ``paired`` with the same test examples
-for every seed (a ``(seeds, examples)`` table), two independent sources of noise add up: the
-seeds (another training run) and the examples (another test set). With ``K`` seeds and ``n``
-examples, the variance of the mean is estimated as ``s_seed^2 / K + s_example^2 / n``, from
-the spread of the per-seed means and of the per-example means (each also carries a small
-share of the seed-by-example interaction, so the estimate errs wide), with Welch-Satterthwaite
-degrees of freedom. Where each seed has its own examples, or the statistic is one number per
-seed, the spread of the per-seed values already holds the example noise and the interval is
-the t-interval over seeds, ``K - 1`` degrees of freedom. Why t rather than a bootstrap: with
-3 to 5 seeds a bootstrap over seeds only ever sees the seeds it has (3 seeds give 10 possible
-resampled means) and its interval comes out too narrow; t's heavier tail is the price of few
-seeds, paid in the open.
+The five cases are exhaustive and do not overlap: ``hi <= -m`` is *contradicted*; else
+``lo >= m`` is *reproduced*; else ``hi < m`` is *ruled out*; else ``hi >= m`` and the
+interval starts above 0 (*partly*) or not (*no clear effect*). *ruled out* covers every
+interval that ends below ``m`` without lying beyond ``-m``: the claim is one-sided, so an
+interval below ``m`` rules it out whatever it says about the other side.
 
-**The reference.** No effect means the effect equals ``0`` for a difference; for a
-statistic with a permutation ``null`` (relabel what the statistic pairs, keep the rest),
-no effect is anywhere in the central 95% band of that null, which is where shuffled data
-put the same statistic (a rank correlation of 8 heads reaches +0.35 by chance).
+**At least as good.** A claim that the treatment is no worse than the control is judged
+with a non-inferiority ``margin`` ``d > 0`` instead of a minimal size: *reproduced* where
+``lo > -d``, *contradicted* where ``hi < -d``, *no clear effect* otherwise.
 
-**The words.** With the claimed direction taken as positive (``claimed="lower"`` flips the
-signs), the interval ``[lo, hi]``, the reference band ``[r_lo, r_hi]`` and the minimal size
-``m >= 0`` that the claim needs:
+**Competence before verdict.** A ``Competence`` says, per seed, whether the baseline
+learned the task (a held-out measure against a threshold fixed from the task). Where fewer
+than 90% of the seeds pass, the word is *not at this scale*, with the reason ("the baseline
+learned the lookup on 1 of 5 seeds").
 
-* ``"reproduced"``: ``lo > r_hi`` and ``lo >= m``: the whole interval lies beyond no effect
-  and clears the minimal size;
-* ``"partly"``: ``lo > r_hi`` but ``lo < m``: the claimed direction is clear, the size is
-  not; also, from ``combine``, a claim that holds in one named condition and not in another;
-* ``"no clear effect"``: the interval reaches the reference band;
-* ``"contradicted"``: ``hi < r_lo``: the whole interval lies on the other side.
+**Several conditions.** ``combine`` takes the conditions and the **primary** one, named
+before the run. Every condition's interval is widened to the Bonferroni level
+``1 - 0.05/k`` over the ``k`` conditions, so that all the words shown hold together at 95%;
+Bonferroni because the conditions share arms (a common control), which rules out
+corrections that assume independence, and because Holm's gives no intervals. The claim's
+word is the primary's; the others' words are listed beside it, contradicted ones first.
 
-Shapes: see each function.
+**Correlations** are judged once, by their interval (Fisher's scale, mapped back) against 0
+and the minimal size. The permutation band of ``correlation`` is shown, not judged: each
+seed's correlation already carries the chance noise of a finite set of units, so requiring
+the interval to clear the band as well counted that noise twice, and only the interval can
+be compared with a minimal size on both sides.
+
+A claim in a notebook, with its test data drawn for the seed set (``runtime.data_seed``)::
+
+    learned = competence("the baseline learned the lookup", base_loss_per_seed,
+                         measure="test loss", at_most=0.1)
+    v = judge(paired(loss_mqa, loss_mha, claimed="higher"), minimal=0.01, competence=learned)
+    v_as_good = judge(paired(loss_mla, loss_mha, claimed="lower"), margin=0.01)
+    v_all = combine({"4 kv heads": v4, "2 kv heads": v2}, primary="2 kv heads")
+    claim("ch10-mqa-degrades", v, "test loss per sequence ...")  # glues word and record
+
+**Records.** ``Verdict.record()`` is a JSON-able dict of what the word rests on (per-seed
+values keyed by seed, each seed set's example-noise term, the minimal size or margin, the
+competence values, the conditions); ``pool(records)`` judges the seed sets of several runs
+as one, so runs made in parts merge.
+
+Shapes: none.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 
-import torch
-from torch import Tensor
+from multihead._checks import check_number
+from multihead.analysis.effects import (
+    MIN_SEEDS,
+    Effect,
+    SeedSet,
+    correlation,
+    paired,
+    per_seed,
+    pooled,
+    solved_share,
+)
+from multihead.analysis.intervals import (
+    LEVEL,
+    clopper_pearson,
+    find_split,
+    split_seeds,
+    t_quantile,
+)
 
-from multihead._checks import check_choice, check_number, check_positive_int
+__all__ = [
+    "LEVEL",
+    "MIN_SEEDS",
+    "WORDS",
+    "NOT_AT_THIS_SCALE",
+    "COMPETENT_SHARE",
+    "Competence",
+    "Effect",
+    "SeedSet",
+    "Verdict",
+    "clopper_pearson",
+    "combine",
+    "competence",
+    "correlation",
+    "find_split",
+    "interval_word",
+    "judge",
+    "number_seeds",
+    "paired",
+    "per_seed",
+    "pool",
+    "pooled",
+    "solved_share",
+    "split_seeds",
+    "t_quantile",
+]
 
-WORDS = ("reproduced", "partly", "no clear effect", "contradicted")
-LEVEL = 0.95
-MIN_SEEDS = 3
+WORDS = ("reproduced", "partly", "ruled out", "no clear effect", "contradicted")
+NOT_AT_THIS_SCALE = "not at this scale"
+COMPETENT_SHARE = 0.9
 
 
-def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``df`` may be
-    fractional, as Welch-Satterthwaite gives it), by bisection on its CDF, which is the
-    integral of the density (Simpson's rule on a fine grid), then Newton's steps kept inside
-    the bracket. Accurate to about 1e-7.
+def interval_word(
+    lo: float, hi: float, *, minimal: float | None = None, margin: float | None = None
+) -> str:
+    """The word of an interval ``[lo, hi]`` oriented so the claim predicts positive values
+    and measured from no effect, for a ``minimal`` size or a non-inferiority ``margin``.
 
     Shapes: none.
     """
-    check_number("p", p, 0.0, 1.0, closed="()")
-    check_number("df", df, 0.0, None, closed="(]")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf(t: float) -> float:
-        # substitute s = tan(x) so the heavy tail sits on a bounded grid
-        x = torch.linspace(0.0, math.atan(t), 1001, dtype=torch.float64)
-        s = torch.tan(x)
-        dens = torch.exp(log_norm - (df + 1) / 2 * torch.log1p(s * s / df)) / torch.cos(x) ** 2
-        w = torch.ones_like(x)
-        w[1:-1:2], w[2:-1:2] = 4.0, 2.0
-        return 0.5 + float(x[1] - x[0]) / 3 * float((w * dens).sum())
-
-    def pdf(t: float) -> float:
-        return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
-
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        lo, hi = hi, 2.0 * hi
-        if hi > 1e12:
-            raise ValueError(f"p={p} is too close to 1 for df={df}")
-    t = (lo + hi) / 2  # Newton's steps, kept inside the bracket [lo, hi] (else bisect)
-    for _ in range(100):
-        f = cdf(t) - p
-        lo, hi = (t, hi) if f < 0 else (lo, t)
-        step = t - f / pdf(t)
-        t_new = step if lo < step < hi else (lo + hi) / 2
-        if abs(t_new - t) <= 1e-10 * max(1.0, t):
-            return t_new
-        t = t_new
-    return t
+    if lo > hi:
+        raise ValueError(f"lo={lo} lies above hi={hi}")
+    if (minimal is None) == (margin is None):
+        raise ValueError("give exactly one of minimal= and margin=")
+    if margin is not None:
+        return (
+            "reproduced"
+            if lo > -margin
+            else "contradicted"
+            if hi < -margin
+            else ("no clear effect")
+        )
+    if hi <= -minimal:
+        return "contradicted"
+    if lo >= minimal:
+        return "reproduced"
+    if hi < minimal:
+        return "ruled out"
+    return "partly" if lo > 0 else "no clear effect"
 
 
 @dataclass(frozen=True)
-class Effect:
-    """An effect with its 95% interval and the band that means no effect.
+class Competence:
+    """Whether the baseline learned the task, per seed: ``values`` of a held-out ``measure``
+    against ``threshold`` (passing at or above it where ``higher``, else at or below), fixed
+    from the task before the run; ``task`` reads "the baseline learned the lookup"."""
 
-    ``estimate``, ``low`` and ``high`` are in the statistic's own units and sign (``claimed``
-    says which side the claim predicts: ``"higher"`` above the reference, ``"lower"`` below);
-    ``reference`` is ``(r_lo, r_hi)``; ``seeds`` and ``examples`` count what the interval
-    rests on (``examples`` is 0 for one number per seed).
+    task: str
+    measure: str
+    threshold: float
+    higher: bool
+    values: tuple[float, ...]
+    ids: tuple[int, ...] | None = None
+
+    @property
+    def passed(self) -> tuple[bool, ...]:
+        t = self.threshold
+        return tuple(v >= t if self.higher else v <= t for v in self.values)
+
+    @property
+    def ok(self) -> bool:
+        return sum(self.passed) >= COMPETENT_SHARE * len(self.values)
+
+    def reason(self) -> str:
+        side = "at least" if self.higher else "at most"
+        return (
+            f"{self.task} on {sum(self.passed)} of {len(self.values)} seeds "
+            f"({self.measure} {side} {self.threshold:g})"
+        )
+
+
+def competence(
+    task: str,
+    values: Sequence[float],
+    *,
+    measure: str,
+    at_least: float | None = None,
+    at_most: float | None = None,
+) -> Competence:
+    """A competence check: ``values`` (one per seed) of ``measure`` must be ``at_least`` or
+    ``at_most`` a threshold fixed from the task; ``task`` says what passing means ("the
+    baseline learned the lookup").
+
+    Shapes: values (seeds,) -> Competence.
     """
-
-    estimate: float
-    low: float
-    high: float
-    reference: tuple[float, float]
-    claimed: str
-    seeds: int
-    examples: int
-    per_seed: tuple[float, ...] = field(default=())
-    example_name: str = "examples"
-    seed_name: str = "seeds"
-
-    def describe(self, fmt: str = "+.3f", unit: str = "") -> str:
-        """``+0.012 (95% interval +0.004 to +0.020; 5 seeds x 971 tokens)``-style text."""
-        u = f" {unit}" if unit else ""
-        scope = f"{self.seeds} {self.seed_name}" + (
-            f" x {self.examples} {self.example_name}" if self.examples else ""
-        )
-        text = (
-            f"{self.estimate:{fmt}}{u} (95% interval {self.low:{fmt}} to {self.high:{fmt}}; {scope}"
-        )
-        if self.reference != (0.0, 0.0):
-            text += f"; shuffled data give {self.reference[0]:{fmt}} to {self.reference[1]:{fmt}}"
-        return text + ")"
+    for name, text in (("task", task), ("measure", measure)):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{name} must be a non-empty str, e.g. 'the baseline learned it'")
+    if (at_least is None) == (at_most is None):
+        raise ValueError("give exactly one of at_least= and at_most= (the task's threshold)")
+    vals = tuple(float(check_number(f"values[{k}]", v)) for k, v in enumerate(values))
+    if not vals:
+        raise ValueError("values must hold one number per seed")
+    threshold = check_number("threshold", at_least if at_least is not None else at_most)
+    return Competence(task, measure, threshold, at_least is not None, vals)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """A verdict word (one of ``WORDS``) with the effect and minimal size it came from, or,
-    from ``combine``, with the verdicts of its named conditions."""
+    """A word with what it came from: the effect, the minimal size or non-inferiority margin,
+    the competence checks, and, from ``combine``, every condition (the primary first) with
+    the word the claim takes from the primary."""
 
     word: str
     effect: Effect | None
-    minimal: float
+    minimal: float | None = None
+    margin: float | None = None
+    competence: tuple[Competence, ...] = ()
     conditions: tuple[tuple[str, Verdict], ...] = ()
+    primary: str | None = None
 
     def __str__(self) -> str:
         return self.word
 
+    @property
+    def reason(self) -> str:
+        """Why the word is *not at this scale* ("" otherwise)."""
+        failed = [c.reason() for c in self.competence if not c.ok]
+        return "; ".join(failed)
+
+    def others(self) -> str:
+        """The conditions other than the primary by word, contradicted first ("" if none)."""
+        if not self.conditions:
+            return ""
+        by_word: dict[str, list[str]] = {}
+        for name, v in self.conditions[1:]:
+            by_word.setdefault(v.word, []).append(name)
+        order = ["contradicted", NOT_AT_THIS_SCALE, *WORDS]
+        return "; ".join(
+            f"{w} in {', '.join(by_word[w])}" for w in dict.fromkeys(order) if w in by_word
+        )
+
     def describe(self, fmt: str = "+.3f", unit: str = "") -> str:
         """The word's grounds in one line, for a claims row."""
-        if self.effect is None:
-            return "; ".join(
-                f"{name}: {v.word}, {v.describe(fmt, unit)}" for name, v in self.conditions
+        if self.conditions:
+            k = len(self.conditions)
+            text = "; ".join(
+                f"{'primary ' if i == 0 else ''}{name}: {v.word}, {v.describe(fmt, unit)}"
+                for i, (name, v) in enumerate(self.conditions)
             )
-        text = self.effect.describe(fmt, unit)
-        if self.minimal:
-            text += f", minimal size {self.minimal:{fmt.lstrip('+')}}"
+            return text + f"; Bonferroni over {k} conditions"
+        text = self.effect.describe(fmt, unit) if self.effect is not None else ""
+        size = fmt.lstrip("+")
+        if self.minimal is not None:
+            text += f", minimal size {self.minimal:{size}}"
+        if self.margin is not None:
+            text += f", non-inferiority margin {self.margin:{size}}"
+        for c in self.competence:
+            text += f"; {c.reason()}"
         return text
 
-
-def _table(name: str, values: object) -> Tensor:
-    if isinstance(values, Tensor):
-        t = values.detach().double().cpu()
-    else:
-        try:
-            t = torch.as_tensor(values, dtype=torch.float64)
-        except (TypeError, ValueError, RuntimeError):
-            raise TypeError(
-                f"{name} must be numbers shaped (seeds,) or (seeds, examples)"
-            ) from None
-    if t.ndim not in (1, 2):
-        raise ValueError(
-            f"{name} must be shaped (seeds,) or (seeds, examples), got {tuple(t.shape)}"
-        )
-    if t.shape[0] < MIN_SEEDS:
-        raise ValueError(
-            f"{name} holds {t.shape[0]} seeds: a verdict needs at least {MIN_SEEDS} "
-            f"(one row per seed)"
-        )
-    if t.ndim == 2 and t.shape[1] < 2:
-        raise ValueError(f"{name} needs at least 2 examples per seed, got {t.shape[1]}")
-    if not torch.isfinite(t).all():
-        raise ValueError(f"{name} holds a value that is not finite")
-    return t
+    def record(self) -> dict:
+        """What the word rests on, as JSON-able data (see ``pool``)."""
+        if self.conditions:
+            parts = [[n, v.record()] for n, v in self.conditions]
+            return {"word": self.word, "primary": self.primary, "conditions": parts}
+        e = self.effect
+        effect = {k: getattr(e, k) for k in ("kind", "claimed", "reference", "chance")}
+        effect |= {"names": [e.example_name, e.seed_name], "sets": [asdict(s) for s in e.sets]}
+        checks = [asdict(c) for c in self.competence]
+        return {"word": self.word, "minimal": self.minimal, "margin": self.margin,
+                "effect": effect, "competence": checks}  # fmt: skip
 
 
-def _rows(name: str, values: object) -> Tensor | list[Tensor]:
-    """A (seeds, examples) table, or a list of per-seed example vectors of their own lengths."""
-    if (
-        isinstance(values, (list, tuple))
-        and values
-        and all(isinstance(v, (Tensor, list, tuple)) for v in values)
-    ):
-        rows = [torch.as_tensor(v, dtype=torch.float64).flatten() for v in values]
-        if len({len(r) for r in rows}) > 1:
-            _table(name, [r.mean() for r in rows])  # checks the seed count
-            for k, r in enumerate(rows):
-                if len(r) < 2 or not torch.isfinite(r).all():
-                    raise ValueError(f"{name}[{k}] needs at least 2 finite examples")
-            return rows
-        return _table(name, torch.stack(rows))
-    return _table(name, values)
-
-
-def _interval(mean: float, var: float, df: float) -> tuple[float, float]:
-    half = t_quantile(0.5 + LEVEL / 2, df) * math.sqrt(max(var, 0.0))
-    return mean - half, mean + half
-
-
-def paired(
-    treatment: object,
-    control: object,
+def judge(
+    effect: Effect,
     *,
-    claimed: str,
-    shared_examples: bool = True,
-    example_name: str = "examples",
-) -> Effect:
-    """The effect ``treatment - control``, paired by seed and by test example.
-
-    ``treatment`` and ``control`` hold one value per example (a loss, 1/0 for right/wrong)
-    for each seed, measured on the same examples. ``shared_examples=True`` (the default)
-    says every seed was scored on the same examples, so the examples are a second source of
-    noise shared by the seeds; ``False`` says each seed has its own (then rows may differ in
-    length, given as a list). ``claimed``: ``"higher"`` or ``"lower"``, the side of zero the
-    claim predicts for ``treatment - control``. ``example_name`` names the examples in the
-    description ("test sentences").
-
-    Shapes: treatment, control (seeds, examples) or a list of (examples_k,) -> Effect.
-    """
-    check_choice("claimed", claimed, ("higher", "lower"))
-    if not isinstance(example_name, str) or not example_name.strip():
-        raise ValueError(f"example_name must be a non-empty str, got {example_name!r}")
-    a, b = _rows("treatment", treatment), _rows("control", control)
-    if (
-        isinstance(a, Tensor) != isinstance(b, Tensor)
-        or (isinstance(a, Tensor) and a.shape != b.shape)
-        or (not isinstance(a, Tensor) and [len(r) for r in a] != [len(r) for r in b])
-    ):
-        raise ValueError("treatment and control must have the same seeds and examples, paired")
-    if isinstance(a, Tensor) and a.ndim == 1:
-        raise ValueError(
-            "treatment and control need per-example values (seeds, examples); "
-            "for one number per seed use per_seed(treatment - control, ...)"
-        )
-    if isinstance(a, list):
-        if shared_examples:
-            raise ValueError(
-                "seeds with different numbers of examples cannot share them: "
-                "pass shared_examples=False"
-            )
-        diffs = [x - y for x, y in zip(a, b, strict=True)]
-        means = torch.stack([d.mean() for d in diffs])
-        n = sum(len(d) for d in diffs)
-    else:
-        d = a - b  # (K, n)
-        means = d.mean(1)
-        n = d.shape[1] if shared_examples else d.numel()
-    K = len(means)
-    est = float(means.mean())
-    var_seed = float(means.var()) / K
-    if isinstance(a, Tensor) and shared_examples:
-        ex_means = d.mean(0)  # (n,)
-        var_ex = float(ex_means.var()) / ex_means.numel()
-        num = (var_seed + var_ex) ** 2
-        den = var_seed**2 / (K - 1) + var_ex**2 / (ex_means.numel() - 1)
-        df = num / den if den > 0 else float(K - 1)
-        lo, hi = _interval(est, var_seed + var_ex, df)
-    else:
-        lo, hi = _interval(est, var_seed, K - 1)
-    return Effect(est, lo, hi, (0.0, 0.0), claimed, K, n, tuple(means.tolist()), example_name)
-
-
-def per_seed(
-    values: object, *, claimed: str, null: object | None = None, seed_name: str = "seeds"
-) -> Effect:
-    """The effect measured once per seed: its mean over seeds with a t-interval.
-
-    ``null``: optional samples of the *seed mean* of the same statistic under a permutation
-    that breaks what the claim is about (see ``correlation``); its central 95% band is then
-    the reference instead of zero. ``seed_name``: what one replicate is, for the text
-    (``"folds"`` where the replicates are disjoint folds of the data of one model).
-
-    Shapes: values (seeds,), null (draws,) -> Effect.
-    """
-    check_choice("claimed", claimed, ("higher", "lower"))
-    if not isinstance(seed_name, str) or not seed_name.strip():
-        raise TypeError(f"seed_name must be a non-empty str, got {seed_name!r}")
-    v = _table("values", values)
-    if v.ndim != 1:
-        raise ValueError(f"values must be one number per seed (seeds,), got {tuple(v.shape)}")
-    reference = (0.0, 0.0)
-    if null is not None:
-        z = torch.as_tensor(null, dtype=torch.float64).flatten()
-        if z.numel() < 20 or not torch.isfinite(z).all():
-            raise ValueError("null must hold at least 20 finite draws of the statistic")
-        q = torch.quantile(z, torch.tensor([(1 - LEVEL) / 2, (1 + LEVEL) / 2], dtype=z.dtype))
-        reference = (float(q[0]), float(q[1]))
-    K = v.numel()
-    est = float(v.mean())
-    lo, hi = _interval(est, float(v.var()) / K, K - 1)
-    return Effect(est, lo, hi, reference, claimed, K, 0, tuple(v.tolist()), seed_name=seed_name)
-
-
-def correlation(
-    xs: Sequence[Tensor],
-    ys: Sequence[Tensor],
-    statistic: Callable[[Tensor, Tensor], Tensor],
-    *,
-    claimed: str,
-    permutations: int = 200,
-    within: int | None = None,
-    seed: int = 0,
-    seed_name: str = "seeds",
-) -> Effect:
-    """A statistic of two measurements of the same units (e.g. the rank correlation of two
-    head scores) per seed, judged against its permutation null: ``ys`` shuffled over the
-    units of each seed (over the last ``within`` dims separately when given, e.g.
-    ``within=1`` shuffles the heads within each layer), the seed mean recomputed
-    ``permutations`` times.
-
-    Shapes: xs, ys: one (...units) tensor per seed -> Effect.
-    """
-    check_positive_int("permutations", permutations)
-    if len(xs) != len(ys):
-        raise ValueError(f"xs has {len(xs)} seeds and ys {len(ys)}: pair them by seed")
-    for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
-        if not isinstance(x, Tensor) or not isinstance(y, Tensor) or x.shape != y.shape:
-            raise ValueError(f"xs[{k}] and ys[{k}] must be tensors of one shape")
-    values = torch.stack(
-        [torch.as_tensor(statistic(x, y), dtype=torch.float64) for x, y in zip(xs, ys, strict=True)]
-    )
-    g = torch.Generator().manual_seed(seed)
-    null = []
-    for _ in range(permutations):
-        draws = []
-        for x, y in zip(xs, ys, strict=True):
-            if within is None:
-                flat = y.flatten()
-                shuffled = flat[torch.randperm(flat.numel(), generator=g)].view_as(y)
-            else:
-                lead = y.shape[: y.ndim - within]
-                flat = y.reshape(*lead, -1)
-                idx = torch.argsort(torch.rand(flat.shape, generator=g), dim=-1)
-                shuffled = flat.gather(-1, idx).view_as(y)
-            draws.append(float(statistic(x, shuffled)))
-        null.append(sum(draws) / len(draws))
-    return per_seed(values, claimed=claimed, null=null, seed_name=seed_name)
-
-
-def judge(effect: Effect, *, minimal: float = 0.0) -> Verdict:
-    """The verdict word of ``effect`` (see the module docstring) for a claim that needs an
-    effect of at least ``minimal`` (>= 0, in the effect's units, on the claimed side).
+    minimal: float | None = None,
+    margin: float | None = None,
+    competence: Competence | Sequence[Competence] | None = None,
+) -> Verdict:
+    """The word of ``effect`` (see the module docstring) for a claim that needs an effect of
+    at least ``minimal`` (> 0, in the effect's units, on the claimed side), or, for an "at
+    least as good" claim, that allows a loss of at most ``margin`` (> 0). ``competence``: the
+    baseline's check(s), one value per seed of the effect.
 
     Shapes: none.
     """
     if not isinstance(effect, Effect):
         raise TypeError(
-            f"effect must be an Effect (from paired, per_seed or correlation), got "
-            f"{type(effect).__name__}"
+            f"effect must be an Effect (from paired, per_seed, correlation or solved_share), "
+            f"got {type(effect).__name__}"
         )
-    minimal = check_number("minimal", minimal, 0.0, None)
+    if (minimal is None) == (margin is None):
+        raise ValueError(
+            "judge needs the claim's minimal size (minimal=..., the smallest effect the claim "
+            "needs, fixed before the run) or, for an 'at least as good' claim, its "
+            "non-inferiority margin (margin=...), one of them"
+        )
+    for name, size in (("minimal", minimal), ("margin", margin)):
+        if size is not None:
+            check_number(name, size, 0.0, None, closed="()")
+    checks = (
+        ()
+        if competence is None
+        else ((competence,) if isinstance(competence, Competence) else tuple(competence))
+    )
+    for c in checks:
+        if not isinstance(c, Competence):
+            raise TypeError(f"competence must be a Competence (from competence()), got {c!r}")
+        if len(c.values) != effect.seeds:
+            raise ValueError(
+                f"competence has {len(c.values)} values and the effect {effect.seeds} seeds: "
+                "give one value per seed of the effect"
+            )
     sign = 1.0 if effect.claimed == "higher" else -1.0
-    lo, hi = sorted((sign * effect.low, sign * effect.high))
-    r_lo, r_hi = sorted((sign * effect.reference[0], sign * effect.reference[1]))
-    if lo > r_hi:
-        word = "reproduced" if lo >= minimal else "partly"
-    elif hi < r_lo:
-        word = "contradicted"
-    else:
-        word = "no clear effect"
-    return Verdict(word, effect, minimal)
+    lo, hi = sorted(
+        (sign * (effect.low - effect.reference), sign * (effect.high - effect.reference))
+    )
+    word = interval_word(lo, hi, minimal=minimal, margin=margin)
+    if any(not c.ok for c in checks):
+        word = NOT_AT_THIS_SCALE
+    return Verdict(word, effect, minimal, margin, checks)
 
 
-def combine(conditions: Mapping[str, Verdict]) -> Verdict:
-    """One verdict for a claim that should hold in each of several named conditions (every
-    number of heads, every noise size...): *reproduced* if every condition reproduces it;
-    *partly* if some condition shows the claimed direction (reproduced or partly) and not all
-    reproduce it; *contradicted* if none shows it and some condition contradicts it (the
-    claim fails where it was said to hold); *no clear effect* otherwise.
+def _at(v: Verdict, level: float) -> Verdict:
+    return judge(v.effect.at(level), minimal=v.minimal, margin=v.margin, competence=v.competence)
+
+
+def combine(conditions: Mapping[str, Verdict], *, primary: str) -> Verdict:
+    """One verdict for a claim tested in several named conditions: every condition judged
+    at the Bonferroni level over their number, the word the ``primary`` condition's (named
+    before the run), the others shown beside it (``Verdict.others``). A condition that is
+    itself combined adds its conditions as ``"name: condition"`` (naming it as the primary
+    names its primary).
 
     Shapes: none.
     """
     if not isinstance(conditions, Mapping) or not conditions:
         raise TypeError("conditions must be a non-empty dict {condition name: Verdict}")
+    flat: dict[str, Verdict] = {}
     for name, v in conditions.items():
-        if not isinstance(name, str) or not isinstance(v, Verdict):
+        if not isinstance(name, str) or not isinstance(v, Verdict) or v.effect is None:
             raise TypeError(f"conditions[{name!r}] must be a Verdict named by a str")
-    words = [v.word for v in conditions.values()]
-    if all(w == "reproduced" for w in words):
-        word = "reproduced"
-    elif any(w in ("reproduced", "partly") for w in words):
-        word = "partly"
-    elif "contradicted" in words:
-        word = "contradicted"
-    else:
-        word = "no clear effect"
-    return Verdict(word, None, 0.0, tuple(conditions.items()))
+        if name == primary and v.conditions:
+            primary = f"{name}: {v.primary}"
+        flat.update({f"{name}: {n}": c for n, c in v.conditions} if v.conditions else {name: v})
+    if primary not in flat:
+        raise ValueError(f"primary={primary!r} must name one of {list(flat)}")
+    level = 1 - (1 - LEVEL) / len(flat)
+    judged = {name: _at(v, level) for name, v in flat.items()}
+    order = [primary, *(n for n in judged if n != primary)]
+    first = judged[primary]
+    return Verdict(first.word, first.effect, first.minimal, first.margin, first.competence,
+                   tuple((n, judged[n]) for n in order), primary)  # fmt: skip
+
+
+def _effect(data: dict) -> Effect:
+    sets = [SeedSet(**{k: tuple(v) if isinstance(v, list) else v for k, v in s.items()})
+            for s in data["sets"]]  # fmt: skip
+    chance = tuple(data["chance"]) if data["chance"] else None
+    names = dict(zip(("example_name", "seed_name"), data["names"], strict=True))
+    e = Effect(0.0, 0.0, 0.0, data["claimed"], 0, 0, data["reference"], kind=data["kind"],
+               sets=tuple(sets), chance=chance, **names)  # fmt: skip
+    return e.at(LEVEL)
+
+
+def pool(records: Sequence[dict]) -> Verdict:
+    """The verdict of several runs' ``Verdict.record()`` of one claim, judged as one run of
+    all their seeds (each seed set keeps its own test examples). The records must agree in
+    the claim's rule: conditions and primary, minimal size or margin, competence checks.
+
+    Shapes: none.
+    """
+    if not records or not all(isinstance(r, Mapping) for r in records):
+        raise TypeError("records must be a non-empty sequence of Verdict.record() dicts")
+    first = records[0]
+    if "conditions" in first:
+        names = [n for n, _ in first["conditions"]]
+        for r in records:
+            if [n for n, _ in r.get("conditions", [])] != names or r["primary"] != first["primary"]:
+                raise ValueError("records of one claim must name the same conditions and primary")
+        parts = {n: pool([dict(r["conditions"])[n] for r in records]) for n in names}
+        return combine(parts, primary=first["primary"])
+    for r in records:
+        if "conditions" in r or (r["minimal"], r["margin"]) != (first["minimal"], first["margin"]):
+            raise ValueError("records of one claim must share its minimal size or margin")
+        if len(r["competence"]) != len(first["competence"]):
+            raise ValueError("records of one claim must carry the same competence checks")
+    effect = pooled([_effect(r["effect"]) for r in records])
+    checks = []
+    for i, c in enumerate(first["competence"]):
+        parts = [r["competence"][i] for r in records]
+        ids = [x for p in parts for x in (p["ids"] or [])]
+        checks.append(
+            Competence(
+                c["task"],
+                c["measure"],
+                c["threshold"],
+                c["higher"],
+                tuple(x for p in parts for x in p["values"]),
+                tuple(ids) if len(ids) == effect.seeds else None,
+            )
+        )
+    return judge(effect, minimal=first["minimal"], margin=first["margin"], competence=checks)
+
+
+def number_seeds(record: dict, first_seed: int) -> dict:
+    """``record`` with its seeds numbered ``first_seed, first_seed + 1, ...`` wherever a
+    seed set or competence check does not number them (``runtime.seeds`` numbers the seeds
+    of a run from its offset).
+
+    Shapes: none.
+    """
+    if "conditions" in record:
+        return {
+            **record,
+            "conditions": [[n, number_seeds(r, first_seed)] for n, r in record["conditions"]],
+        }
+    sets, next_seed = [], first_seed
+    for s in record["effect"]["sets"]:  # the sets of one run number its seeds in turn
+        ids = s["ids"] or list(range(next_seed, next_seed + len(s["values"])))
+        next_seed += len(s["values"])
+        sets.append({**s, "ids": ids})
+    checks = [
+        {**c, "ids": c["ids"] or list(range(first_seed, first_seed + len(c["values"])))}
+        for c in record["competence"]
+    ]
+    return {**record, "effect": {**record["effect"], "sets": sets}, "competence": checks}

@@ -20,6 +20,7 @@ is kept.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from collections.abc import Iterator
@@ -124,6 +125,23 @@ def seeds(*, full: int = 5, fast: int = 3) -> list[int]:
         check_positive_int(name, n)  # a number of seeds
     offset = seed_offset()
     return [offset + k for k in range(pick(full=full, fast=fast))]
+
+
+def data_seed(base: int) -> int:
+    """The seed of a notebook's test data for this seed set: ``base`` itself at the book's
+    seeds (no offset), and at any other ``MULTIHEAD_SEED_OFFSET`` a seed drawn from ``base``
+    and the offset, so that each seed set is scored on test data of its own, as a new run
+    would be. Where a notebook fixed its test set with ``manual_seed(10_000)`` it writes
+    ``manual_seed(data_seed(10_000))``.
+
+    Shapes: none.
+    """
+    check_int("base", base, 0)
+    offset = seed_offset()
+    if offset == 0:
+        return base
+    digest = hashlib.sha256(f"test data {base} at offset {offset}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 2**31
 
 
 def seed_everything(seed: int) -> torch.Generator:

@@ -11,8 +11,14 @@ which glues ``claim_<id>_verdict`` and ``claim_<id>_evidence`` (ids use ``-``; t
 names use ``_``) and prints one line. The page pastes them with the ``:s`` format spec.
 An empirical verdict is a ``Verdict`` from ``multihead.analysis.verdict`` (the course's one
 rule), and its effect and interval join the evidence; ``proved and checked``, ``not at this
-scale`` and ``open`` are given as words. Where ``MULTIHEAD_VERDICT_LOG`` names a file, every
-claim also appends one JSON line to it (the seed sweep reads them).
+scale`` and ``open`` are given as words (*not at this scale* is also what ``judge`` computes
+where the baseline did not learn the task). A ``Verdict`` is also glued as
+``claim_<id>_record``: the per-seed effects its word rests on (``Verdict.record()``, seeds
+numbered from the run's offset), which the seed sweep pools with other seed sets into the word
+the book publishes. ``claim`` prints that published word (``book_word``, read from the
+package's ``book_verdicts.json``, which ``python -m tools.verdicts --publish`` writes) beside
+the run's own, so a reader who re-runs a notebook sees both. Where ``MULTIHEAD_VERDICT_LOG``
+names a file, every claim also appends one JSON line to it (the seed sweep reads them).
 
 Shapes: none.
 """
@@ -24,25 +30,29 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from functools import lru_cache
+from importlib import resources
 
-from multihead.analysis.verdict import WORDS, Verdict
+from multihead.analysis.verdict import NOT_AT_THIS_SCALE, WORDS, Verdict, number_seeds
+from multihead.core import runtime
 from multihead.viz.glue import glue
 
 # Words given as words: a theorem's check, a claim our models cannot test, an open question.
-STATED = ("proved and checked", "not at this scale", "open")
+STATED = ("proved and checked", NOT_AT_THIS_SCALE, "open")
 # Words of the older per-chapter rules, still given as words by the notebooks that use them.
 # The words of the retired per-chapter rules: no claim may give them any more.
 OLDER = ("mixed over seeds", "not reproduced")
 VERDICTS = (*STATED, *WORDS)
 LOG_ENV = "MULTIHEAD_VERDICT_LOG"
+BOOK_WORDS = "book_verdicts.json"  # package data: the word the book publishes per claim
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
 def glue_name(claim_id: str, field: str) -> str:
     """The glue name of a claim's ``field`` ("verdict" or "evidence")."""
     check_claim_id(claim_id)
-    if field not in ("verdict", "evidence"):
-        raise ValueError(f"field must be 'verdict' or 'evidence', got {field!r}")
+    if field not in ("verdict", "evidence", "record"):
+        raise ValueError(f"field must be 'verdict', 'evidence' or 'record', got {field!r}")
     return f"claim_{claim_id.replace('-', '_')}_{field}"
 
 
@@ -76,22 +86,51 @@ def claim(
     if not isinstance(evidence, str) or not evidence.strip() or "\n" in evidence:
         raise ValueError(f"evidence must be one non-empty line of text, got {evidence!r}")
     if isinstance(verdict, Verdict):
-        evidence = f"{evidence}; effect {verdict.describe(fmt, unit)}"
+        grounds = verdict.describe(fmt, unit)
+        evidence += f"; {grounds}" if verdict.conditions else f"; effect {grounds}"
     if "|" in evidence:
         raise ValueError("evidence must not contain '|' (it sits in a table cell)")
     glue(glue_name(claim_id, "verdict"), word, display=False)
     glue(glue_name(claim_id, "evidence"), evidence, display=False)
+    record = None
+    if isinstance(verdict, Verdict) and verdict.effect is not None:
+        record = number_seeds(verdict.record(), runtime.seed_offset())
+        glue(glue_name(claim_id, "record"), json.dumps(record), display=False)
     print(f"claim {claim_id}: {word} ({evidence})")
+    if record is not None:  # a computed word: the reader's run beside the book's
+        print(f"    {_beside_the_book(claim_id, word)}")
     log = os.environ.get(LOG_ENV)
     if log:
-        row: dict = {"claim": claim_id, "word": word}
-        effect = verdict.effect if isinstance(verdict, Verdict) else None
-        if effect is not None:
-            row.update(
-                estimate=effect.estimate, low=effect.low, high=effect.high, seeds=effect.seeds
-            )
+        row: dict = {"claim": claim_id, "word": word, "mode": runtime.mode()}
+        row["offset"] = runtime.seed_offset()
+        if record is not None:
+            row["record"] = record
         with open(log, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+@lru_cache(maxsize=1)
+def book_words() -> dict:
+    """``{claim id: {"word": ..., "basis": ...}}``: the word the book publishes per claim
+    (pooled over its seed sets), from the package data the seed sweep writes; empty where the
+    package has none.
+
+    Shapes: none.
+    """
+    try:
+        text = resources.files("multihead.viz").joinpath(BOOK_WORDS).read_text()
+    except (FileNotFoundError, ModuleNotFoundError):
+        return {}
+    return json.loads(text)
+
+
+def _beside_the_book(claim_id: str, word: str) -> str:
+    """One line: this run's word beside the word the book publishes for ``claim_id``."""
+    run = f"this run ({runtime.mode()} mode, seed offset {runtime.seed_offset()}): {word}"
+    book = book_words().get(claim_id)
+    if book is None:
+        return f"{run}; the book has no word for this claim yet"
+    return f"{run}; the book ({book['basis']}): {book['word']}"
 
 
 def spread(values: Sequence[float], fmt: str = ".3f", unit: str = "seed") -> str:

@@ -1,0 +1,226 @@
+"""The words the book publishes: every claim's seed sets pooled into one word, and counts.
+
+A notebook's run records, per claim, the per-seed effects its word rests on (``claim`` glues
+``claim_<id>_record`` into the committed notebook: the book's seed set), and the seed sweep
+(``python -m tools.seedcheck --full --offsets ... --verdicts book/_generated/verdicts.json``)
+adds the records of other seed sets, each with test data of its own. This command pools, per
+claim, every full-mode seed set that has a record (``multihead.analysis.verdict.pool``) and
+writes the published words into the package, where the claims page and every reader's run
+read them::
+
+    python -m tools.verdicts --publish    # writes src/multihead/viz/book_verdicts.json
+    python -m tools.verdicts --counts     # verdict counts per chapter, stability shares
+    python -m tools.verdicts --counts --sweep old.json --notebooks-at 3f58eab
+
+A claim with no record anywhere (a stated word, or runs made before records existed) keeps
+the word its notebook glued. ``--counts`` prints how many claims of each chapter get each
+word, how many empirical rows rest on 10 seeds or more, the share of empirical rows whose
+every full-mode seed set gives the published word, and the share whose pooled word stays
+the same when any one seed set is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "book" / "_generated" / "verdicts.json"
+PACKAGE = ROOT / "src" / "multihead" / "viz" / "book_verdicts.json"
+BOOK_OFFSET = "0"  # the committed notebooks run the book's seed set
+ORDER = ("reproduced", "partly", "ruled out", "no clear effect", "contradicted",
+         "not at this scale", "proved and checked", "open")  # fmt: skip
+STATED = ("proved and checked", "open")
+
+
+def load_sweep(path: Path = SWEEP) -> dict:
+    """``{claim: {"full"|"fast": {offset: {"word": ..., "record": ... (where logged)}}}}``;
+    older files that hold only words per offset read as entries without a record."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {
+        claim: {
+            mode: {o: e if isinstance(e, dict) else {"word": e} for o, e in runs.items()}
+            for mode, runs in modes.items()
+        }
+        for claim, modes in data.items()
+    }
+
+
+def _glued_text(out: dict) -> str:
+    text = out["data"].get("application/papermill.record/text/plain", "")
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text.strip("'\"")
+
+
+def notebook_glue(notebooks: dict[str, dict]) -> dict:
+    """``{claim: {"word": ..., "record": ... or None}}`` from notebooks (name -> JSON)."""
+    found: dict = {}
+    for nb in notebooks.values():
+        for cell in nb.get("cells", []):
+            for out in cell.get("outputs", []):
+                name = out.get("metadata", {}).get("scrapbook", {}).get("name", "")
+                for field in ("verdict", "record"):
+                    if name.startswith("claim_") and name.endswith(f"_{field}"):
+                        claim = name[len("claim_") : -len(field) - 1].replace("_", "-")
+                        entry = found.setdefault(claim, {"word": None, "record": None})
+                        text = _glued_text(out)
+                        entry["word" if field == "verdict" else "record"] = (
+                            text if field == "verdict" else json.loads(text)
+                        )
+    return found
+
+
+def read_notebooks(root: Path = ROOT, commit: str | None = None) -> dict[str, dict]:
+    """The committed notebooks (at ``commit`` where given, via git)."""
+    if commit is None:
+        paths = sorted((root / "notebooks").glob("*.ipynb"))
+        return {p.name: json.loads(p.read_text()) for p in paths}
+    names = subprocess.run(["git", "-C", str(root), "ls-tree", "--name-only", commit,
+                            "notebooks/"], capture_output=True, text=True, check=True)  # fmt: skip
+    out = {}
+    for name in names.stdout.split():
+        if name.endswith(".ipynb"):
+            text = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{name}"],
+                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
+            out[Path(name).name] = json.loads(text)
+    return out
+
+
+def _basis(effect) -> str:
+    sets = len(effect.sets)
+    return f"{effect.seeds} {effect.seed_name}" + (f" in {sets} seed sets" if sets > 1 else "")
+
+
+def entry(book: dict, modes: dict) -> dict:
+    """The published row of one claim from its notebook's glue (``book``) and its sweep
+    entries (``modes``)."""
+    from multihead.analysis.verdict import pool
+
+    full = {o: dict(e) for o, e in modes.get("full", {}).items()}
+    if book.get("record") is not None:
+        full[BOOK_OFFSET] = {"word": book["word"], "record": book["record"]}
+    elif BOOK_OFFSET not in full and book.get("word"):
+        full[BOOK_OFFSET] = {"word": book["word"]}
+    order = sorted(full, key=int)
+    sets = {}
+    for o in order:
+        rec = full[o].get("record")
+        sets[o] = pool([rec]).word if rec else full[o]["word"]
+    row = {"word": book.get("word"), "basis": "the book's run", "effect": None, "seeds": None,
+           "sets": sets, "fast": {o: e["word"] for o, e in modes.get("fast", {}).items()},
+           "pooled": [], "stale": [], "others": "", "loo": None,
+           "recorded": [o for o in order if full[o].get("record")]}  # fmt: skip
+    if book.get("word") in STATED or not any(full[o].get("record") for o in order):
+        return row
+    # the book's own record decides the rule; a sweep set judged by another rule is stale
+    anchor = full[BOOK_OFFSET].get("record") if BOOK_OFFSET in full else None
+    usable = []
+    for o in order:
+        rec = full[o].get("record")
+        if rec is None:
+            continue
+        try:
+            pool([anchor, rec] if anchor is not None and o != BOOK_OFFSET else [rec])
+        except ValueError:
+            row["stale"].append(o)
+            continue
+        usable.append(o)
+    try:
+        verdict = pool([full[o]["record"] for o in usable])
+    except ValueError:  # overlapping seeds: keep the book's own set
+        row["stale"] += [o for o in usable if o != BOOK_OFFSET]
+        usable = [BOOK_OFFSET] if anchor is not None else usable[:1]
+        verdict = pool([full[o]["record"] for o in usable])
+    row.update(word=verdict.word, effect=verdict.describe(), seeds=verdict.effect.seeds,
+               basis=_basis(verdict.effect), pooled=usable, others=verdict.others())  # fmt: skip
+    if len(usable) >= 2:
+        row["loo"] = all(
+            pool([full[o]["record"] for o in usable if o != out]).word == verdict.word
+            for out in usable
+        )
+    return row
+
+
+def publish(notebooks: dict[str, dict], sweep: dict) -> dict:
+    """``{claim: published row}`` for every claim a notebook glues."""
+    glued = notebook_glue(notebooks)
+    return {c: entry(glued[c], sweep.get(c, {})) for c in sorted(glued, key=_chapter_key)}
+
+
+def _chapter_key(claim: str) -> tuple:
+    head = claim.split("-")[0]
+    return (int(head[2:]) if head[2:].isdigit() else 99, claim)
+
+
+def counts(rows: dict) -> str:
+    """Verdict counts per chapter, then the seeds and stability shares, as text."""
+    words = [w for w in ORDER if any(r["word"] == w for r in rows.values())]
+    words += sorted({r["word"] for r in rows.values()} - set(words))
+    table: dict[str, list[int]] = {}
+    for claim, r in rows.items():
+        table.setdefault(claim.split("-")[0], [0] * len(words))[words.index(r["word"])] += 1
+    lines = ["| chapter | " + " | ".join(words) + " | total |", "|---" * (len(words) + 2) + "|"]
+    for ch, n in table.items():
+        lines.append(f"| {ch[2:]} | " + " | ".join(map(str, n)) + f" | {sum(n)} |")
+    total = [sum(n[i] for n in table.values()) for i in range(len(words))]
+    lines.append("| all | " + " | ".join(map(str, total)) + f" | {sum(total)} |")
+    empirical = {c: r for c, r in rows.items() if r["word"] not in STATED and (
+        r["effect"] is not None or r["word"] != "not at this scale")}  # fmt: skip
+    n = len(empirical)
+    swept = {c: r for c, r in empirical.items() if len(r["sets"]) >= 2}
+    agree = sum(all(w == r["word"] for w in r["sets"].values()) for r in swept.values())
+    ten = sum((r["seeds"] or 0) >= 10 for r in empirical.values())
+    loo = [r["loo"] for r in empirical.values() if r["loo"] is not None]
+    fast = [r for r in empirical.values() if BOOK_OFFSET in r["fast"]]
+    same_fast = sum(r["fast"][BOOK_OFFSET] == r["word"] for r in fast)
+    lines += [
+        "",
+        f"empirical rows: {n}; resting on 10 seeds or more: {ten}",
+        f"every full-mode seed set gives the published word: {agree} of {len(swept)} rows "
+        f"with 2 or more sets ({_share(agree, len(swept))})",
+        f"the pooled word stays when any one seed set is left out: {sum(loo)} of {len(loo)} "
+        f"pooled rows ({_share(sum(loo), len(loo))})",
+        f"fast mode at the book's seeds gives the published word: {same_fast} of {len(fast)}",
+    ]
+    return "\n".join(lines)
+
+
+def _share(k: int, n: int) -> str:
+    return f"{100 * k / n:.0f}%" if n else "none to count"
+
+
+def write_package(rows: dict, path: Path = PACKAGE) -> None:
+    path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.verdicts", description=__doc__)
+    parser.add_argument("--publish", action="store_true", help=f"write {PACKAGE.name}")
+    parser.add_argument("--counts", action="store_true", help="print counts and stability")
+    parser.add_argument("--sweep", type=Path, default=SWEEP, help="the sweep's verdicts file")
+    parser.add_argument("--notebooks-at", default=None, help="read the notebooks at a commit")
+    args = parser.parse_args(argv)
+    if not (args.publish or args.counts):
+        parser.error("give --publish or --counts")
+    rows = publish(read_notebooks(ROOT, args.notebooks_at), load_sweep(args.sweep))
+    if args.publish:
+        write_package(rows)
+        print(f"published words of {len(rows)} claims in {PACKAGE.relative_to(ROOT)}")
+        stale = {c: r["stale"] for c, r in rows.items() if r["stale"]}
+        if stale:
+            print(f"seed sets left out as judged by another rule or overlapping: {stale}")
+    if args.counts:
+        print(counts(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
