@@ -59,3 +59,45 @@ def test_seeds_follow_the_mode_and_the_offset(monkeypatch):
     monkeypatch.delenv("MULTIHEAD_SEED_OFFSET")
     with pytest.raises(ValueError, match="fast"):
         runtime.seeds(fast=0)
+
+
+def test_thread_count_depends_on_the_settings_and_the_cores_alone(monkeypatch):
+    for var in ("MULTIHEAD_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(runtime, "_DEFAULT_THREADS", 6)  # a six-core machine
+    # neither the load nor a clock is read: a machine that reports any load gives one answer
+    for load in (0.0, 50.0):
+        monkeypatch.setattr(runtime.os, "getloadavg", lambda load=load: (load,) * 3, raising=False)
+        assert runtime.thread_count() == runtime.thread_count("small") == 1
+        assert runtime.thread_count("large") == 6
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # torch read it: every kind keeps torch's count
+    assert runtime.thread_count("small") == runtime.thread_count("large") == 6
+    monkeypatch.setenv("MULTIHEAD_THREADS", "2")
+    assert runtime.thread_count("small") == runtime.thread_count("large") == 2
+    monkeypatch.setenv("MULTIHEAD_THREADS", "all")
+    assert runtime.thread_count() == 6
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("MULTIHEAD_THREADS", bad)
+        with pytest.raises(ValueError, match="MULTIHEAD_THREADS"):
+            runtime.thread_count()
+    with pytest.raises(ValueError, match="kind"):
+        runtime.thread_count("huge")
+
+
+def test_threads_sets_the_count_for_a_block_and_restores_it(monkeypatch):
+    for var in ("MULTIHEAD_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(runtime, "_DEFAULT_THREADS", 3)
+    before = torch.get_num_threads()
+    try:
+        with runtime.threads("large") as count:
+            assert count == torch.get_num_threads() == 3
+            with runtime.threads("small"):
+                assert torch.get_num_threads() == 1
+            assert torch.get_num_threads() == 3
+        assert torch.get_num_threads() == before
+        with pytest.raises(RuntimeError), runtime.threads("large"):
+            raise RuntimeError("the block failed")
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)

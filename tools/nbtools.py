@@ -150,8 +150,10 @@ def run(root: Path, paths: list[Path] | None = None, fast: bool = False) -> None
 
     os.environ["MULTIHEAD_FAST"] = "1" if fast else "0"
     os.environ["MULTIHEAD_PROGRESS"] = "off"  # a saved bar renders frozen in the book
-    # the book's outputs are made with one thread: the same draw on any number of cores and
-    # whatever else runs (runtime.choose_threads), and the draw the test suite's workers make
+    # the book's outputs are made with one thread for every kind of workload: the same draw
+    # on any number of cores (the runtime runs the small models on one thread anyway; this
+    # holds a large one, runtime.threads("large"), to one too), and the draw the test suite's
+    # workers make
     os.environ.setdefault("MULTIHEAD_THREADS", "1")
     for path in paths or notebooks(root):
         nb = nbformat.read(path, as_version=4)

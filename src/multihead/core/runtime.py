@@ -1,24 +1,29 @@
-"""Fast/full mode, device choice and seeding.
+"""Fast/full mode, device choice, seeding and CPU threads.
 
 Every notebook runs in one of two modes. Readers get *full* mode (the sizes the book
 reports); the test-suite sets ``MULTIHEAD_FAST=1`` and gets *fast* mode (small sizes,
 same qualitative conclusion). ``pick(full=..., fast=...)`` is the only switch a
 notebook needs.
 
-Threads: the course's models are small, and on a machine where other work runs, torch's
-default of one thread per core can train them many times slower than one thread (the
-threads wait for each other, and each wait for a descheduled thread costs a time slice).
-When this module is imported, ``choose_threads`` times a few matrix products of the
-chapters' sizes at one thread and at torch's default and reads the load average: all
-threads on a quiet machine, one on a busy one. ``MULTIHEAD_THREADS`` (a number, or ``all``) or
-``OMP_NUM_THREADS`` decide instead, without the timing.
+Threads depend on the machine alone, never on its load or on a timing, so that the same
+seeds give the same numbers however busy the machine is (another thread count sums matrix
+products in another order, and a trained model ends elsewhere). The course's models are
+small: on one thread they train at least as fast as on two, and many times faster when
+other work holds the cores (each thread that waits for a descheduled one loses a time
+slice). So torch runs one thread from the moment this module is imported. A workload of
+another kind asks for its own count by name, ``with threads("large"):`` (every core, for a
+model like a 135M-parameter decoder whose products are big enough to share), and gets the
+same count on every run on that machine. ``MULTIHEAD_THREADS`` (a number, or ``all``)
+decides for every kind instead; where only ``OMP_NUM_THREADS`` is set, torch's reading of it
+is kept.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import numpy as np
@@ -138,55 +143,64 @@ def seed_everything(seed: int) -> torch.Generator:
     return generator
 
 
-_DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before any change here
+_DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice: OMP_NUM_THREADS, else cores
+
+# What each kind of workload runs on, as a function of torch's default (the core count, or
+# OMP_NUM_THREADS where set): the course's small models on one thread, large ones on all.
+WORKLOADS = {"small": lambda cores: 1, "large": lambda cores: cores}
 
 
-def _seconds_of_work(threads: int) -> float:
-    """Wall time of a few products and softmaxes of the chapters' sizes at ``threads``."""
-    torch.set_num_threads(threads)
-    g = torch.Generator().manual_seed(0)
-    x, w = torch.randn(768, 64, generator=g), torch.randn(64, 64, generator=g)
-    start = time.perf_counter()
-    for _ in range(10):
-        (torch.softmax(x @ w, dim=-1) @ w).sum()
-    return time.perf_counter() - start
+def thread_count(kind: str = "small") -> int:
+    """The number of CPU threads for a workload of ``kind`` on this machine.
 
-
-def choose_threads() -> int:
-    """Set torch's number of CPU threads for the course's small models and return it.
-
-    ``MULTIHEAD_THREADS`` (a positive int, or ``all`` for torch's default) decides if set;
-    else ``OMP_NUM_THREADS``, if set, is left to torch. Otherwise the same small workload is
-    timed at one thread and at torch's default (interleaved, best of three each); all threads
-    are kept when they are clearly faster (under 0.9 of one thread's time) and the load
-    average of the last minute leaves a core free, else a single thread, which on a busy
-    machine runs several times faster. Called once when this module is imported.
+    ``"small"``: the course's models (widths up to a few hundred), one thread. ``"large"``:
+    models whose matrix products are big enough to share between cores (a 135M-parameter
+    decoder), torch's default, one per core. ``MULTIHEAD_THREADS`` (a positive int, or
+    ``all`` for torch's default) overrides both; where ``OMP_NUM_THREADS`` is set (and
+    ``MULTIHEAD_THREADS`` is not), every kind keeps torch's reading of it. The answer
+    depends on these settings and the core count only: never on the load or a timing.
 
     Shapes: none.
     """
+    check_choice("kind", kind, tuple(WORKLOADS))
     value = os.environ.get(THREADS_ENV, "").strip().lower()
     if value:
         if value == "all":
-            threads = _DEFAULT_THREADS
-        elif value.isdigit() and int(value) > 0:
-            threads = int(value)
-        else:
-            raise ValueError(f"{THREADS_ENV}={value!r} must be a positive integer or 'all'")
-    elif os.environ.get("OMP_NUM_THREADS") or _DEFAULT_THREADS == 1:
-        threads = _DEFAULT_THREADS
-    else:
-        one, default = [], []
-        for _ in range(3):
-            one.append(_seconds_of_work(1))
-            default.append(_seconds_of_work(_DEFAULT_THREADS))
-        # all threads only if clearly faster now and no other work held the cores in the last
-        # minute: a short timing can miss a busy neighbour, and guessing wrong that way costs
-        # many times more than a single thread costs on a quiet machine
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        quiet = load < _DEFAULT_THREADS - 0.5
-        threads = _DEFAULT_THREADS if quiet and min(default) < 0.9 * min(one) else 1
-    torch.set_num_threads(threads)
-    return threads
+            return _DEFAULT_THREADS
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+        raise ValueError(f"{THREADS_ENV}={value!r} must be a positive integer or 'all'")
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return _DEFAULT_THREADS
+    return WORKLOADS[kind](_DEFAULT_THREADS)
+
+
+def choose_threads(kind: str = "small") -> int:
+    """Set torch's number of CPU threads to ``thread_count(kind)`` and return it. Called with
+    ``"small"`` when this module is imported.
+
+    Shapes: none.
+    """
+    count = thread_count(kind)
+    torch.set_num_threads(count)
+    return count
+
+
+@contextmanager
+def threads(kind: str) -> Iterator[int]:
+    """Run the block with ``thread_count(kind)`` CPU threads, then restore the count before.
+
+    ``with threads("large"): logits = model(tokens)`` runs a big model on every core, and
+    the course's small models after it on one thread again.
+
+    Shapes: none.
+    """
+    before = torch.get_num_threads()
+    count = choose_threads(kind)
+    try:
+        yield count
+    finally:
+        torch.set_num_threads(before)
 
 
 choose_threads()
