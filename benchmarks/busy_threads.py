@@ -12,10 +12,16 @@ a test run loads a shared machine). The settings:
 * ``all threads, spinning``: torch's default (one thread per core) with OpenMP's default wait
   policy, under which an idle thread spins for a while before it sleeps;
 * ``all threads, passive``: the same with ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep);
-* ``runtime``: what ``multihead.core.runtime`` chooses when the package is imported.
+* ``runtime``: what ``multihead.core.runtime`` sets when the package is imported (one thread
+  for the course's small models, whatever the load);
+* ``runtime, large``: the training run inside ``runtime.threads("large")``, the count a big
+  model (a 135M-parameter decoder) would get: every core.
 
 Prints seconds per run (median of ``--rounds``) and each setting's ratio to one thread on the
-same machine state. Nothing is asserted: speed depends on the machine and what else runs.
+same machine state. Nothing is asserted: speed depends on the machine and what else runs, and
+on a shared machine the "quiet" rows are only as quiet as the other users left it (the script
+prints the load average before each state). Run it with nothing else running for numbers to
+keep. ``PYTHONPATH`` chooses which checkout's runtime is measured.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ import os, sys, time
 if os.environ.get("BENCH_THREADS") == "1":
     import torch
     torch.set_num_threads(1)
+import contextlib
 import torch
-import multihead.core.runtime  # noqa: F401  (the runtime setting, when it makes one)
+from multihead.core import runtime  # the runtime's setting, made when it is imported
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderDecoder, EncoderModel
 from multihead.core.train import train
@@ -55,10 +62,12 @@ else:
     model, sample = EncoderDecoder(cfg), sampler(encode(corpus, corpus.train))
     loss, steps = seq2seq_loss, 10
 kw = {} if loss is None else {"loss_fn": loss}
-train(model, sample, TrainConfig(steps=2, batch_size=64), progress=False, **kw)  # warm-up
-start = time.perf_counter()
-train(model, sample, TrainConfig(steps=steps, batch_size=64), progress=False, **kw)
-print(time.perf_counter() - start, torch.get_num_threads())
+kind = os.environ.get("BENCH_KIND")
+with runtime.threads(kind) if kind else contextlib.nullcontext():
+    train(model, sample, TrainConfig(steps=2, batch_size=64), progress=False, **kw)  # warm-up
+    start = time.perf_counter()
+    train(model, sample, TrainConfig(steps=steps, batch_size=64), progress=False, **kw)
+    print(time.perf_counter() - start, torch.get_num_threads())
 """
 
 LOAD = r"""
@@ -74,7 +83,15 @@ SETTINGS = {
     "all threads, spinning": {"MULTIHEAD_THREADS": "all"},
     "all threads, passive": {"MULTIHEAD_THREADS": "all", "OMP_WAIT_POLICY": "PASSIVE"},
     "runtime": {},
+    "runtime, large": {"BENCH_KIND": "large"},
 }
+
+
+def _package_folder() -> str:
+    code = "import multihead, os; print(os.path.dirname(multihead.__file__))"
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def run(which: str, env_extra: dict[str, str]) -> tuple[float, int]:
@@ -96,6 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     print(f"{cores} cores; seconds per run, median of {args.rounds}; ratio to 1 thread")
+    print(f"measuring multihead from {_package_folder()}")
     for state in ("quiet", "busy"):
         load = []
         if state == "busy":
@@ -105,6 +123,8 @@ def main() -> None:
                 for _ in range(cores)
             ]
             time.sleep(2)
+        if hasattr(os, "getloadavg"):
+            print(f"\n{state}: load average {os.getloadavg()[0]:.2f} on {cores} cores")
         try:
             for which in ("encoder", "translation"):
                 times = {name: [] for name in SETTINGS}

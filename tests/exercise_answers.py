@@ -269,6 +269,14 @@ def absorbed_scores(x_query, W_Q, W_UK, latents):
     return q_tilde @ latents.T / math.sqrt(W_Q.shape[1])  # (q, n)
 
 
+def decode_step(x, k_cache, v_cache, W_Q, W_K, W_V):
+    q, k, v = x @ W_Q, x @ W_K, x @ W_V  # (batch, d_head) each
+    k_cache = torch.cat([k_cache, k[:, None]], dim=1)  # (batch, t + 1, d_head)
+    v_cache = torch.cat([v_cache, v[:, None]], dim=1)
+    weights = (q[:, None] @ k_cache.transpose(1, 2) / math.sqrt(q.shape[-1])).softmax(-1)
+    return (weights @ v_cache)[:, 0], k_cache, v_cache
+
+
 # --- chapter 11 -----------------------------------------------------------------------------
 
 
@@ -285,6 +293,10 @@ def rope(x, position, base=10000.0):
 def prefix_matching(pattern, L):
     queries = torch.arange(L, 2 * L)
     return pattern[queries, queries - L + 1].mean()
+
+
+def recovered(m_clean, m_corrupted, m_patched):
+    return (m_patched - m_corrupted) / (m_clean - m_corrupted)
 
 
 def patch_head(model, clean, corrupted, metric, layer, head):

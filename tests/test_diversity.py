@@ -111,6 +111,27 @@ def test_logit_gap_bound_holds_and_is_tight_for_two_keys():
     assert js_logit_bound(torch.tensor([1, 2])).dtype == torch.get_default_dtype()
 
 
+def test_logit_gap_leaves_out_the_keys_both_rows_mask():
+    gen = torch.Generator().manual_seed(1)
+    a = 4 * torch.randn(300, 7, generator=gen, dtype=torch.float64)
+    b = 4 * torch.randn(300, 7, generator=gen, dtype=torch.float64)
+    masked = torch.rand(300, 7, generator=gen) < 0.3
+    masked[:, 0] = False  # at least one key open
+    a_m, b_m = a.masked_fill(masked, float("-inf")), b.masked_fill(masked, float("-inf"))
+    gap = logit_gap(a_m, b_m)
+    assert torch.isfinite(gap).all()
+    for row in range(0, 300, 37):  # the range over the open keys, by hand
+        d = (a - b)[row][~masked[row]]
+        assert gap[row].item() == pytest.approx((d.max() - d.min()).item())
+    js = js_divergence(a_m.softmax(-1), b_m.softmax(-1))  # thm-logit-gap with masked keys
+    assert (js <= js_logit_bound(gap) + 1e-12).all()
+    every = torch.full((2, 5), float("-inf"), dtype=torch.float64)
+    assert torch.equal(logit_gap(every, every), torch.zeros(2, dtype=torch.float64))
+    one_side = a[:1].clone()
+    one_side[0, 3] = float("-inf")  # masked in one row only: no finite range
+    assert logit_gap(one_side, a[:1]).item() == float("inf")
+
+
 def test_bad_input():
     p = random_rows(2, 3, 4, 4).float()
     with pytest.raises(ValueError, match="batch, heads, query, key"):

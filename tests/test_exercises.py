@@ -80,6 +80,50 @@ def test_check_attention():
         ex.check_attention(3)
 
 
+def test_check_attention_names_each_classic_bug():
+    """Each wrong attention gets its own sentence: the softmax axis, the scale, Q and K."""
+
+    def scores(q, k):
+        return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+    def over_queries(q, k, v, mask=None):  # softmax(dim=-2)
+        return scores(q, k).softmax(-2) @ v
+
+    def swapped_then_transposed(q, k, v, mask=None):  # k q^T, softmax, transposed back
+        return scores(k, q).softmax(-1).transpose(-2, -1) @ v
+
+    def unscaled(q, k, v, mask=None):
+        return (q @ k.transpose(-2, -1)).softmax(-1) @ v
+
+    def by_d_k(q, k, v, mask=None):
+        return (q @ k.transpose(-2, -1) / q.shape[-1]).softmax(-1) @ v
+
+    def swapped(q, k, v, mask=None):  # k q^T used as it is
+        return scores(k, q).softmax(-1) @ v
+
+    def q_times_k(q, k, v, mask=None):  # no transpose: fails on shapes
+        return (q @ k).softmax(-1) @ v
+
+    for wrong, hint in (
+        (over_queries, r"softmax runs over the queries \(dim=-2\)"),
+        (swapped_then_transposed, r"k q\^T transposed back"),
+        (unscaled, "the scores are not scaled"),
+        (by_d_k, "not by d_k"),
+        (swapped, "the queries and the keys are swapped"),
+        (q_times_k, r"raised RuntimeError.*q @ k.transpose\(-2, -1\)"),
+    ):
+        with pytest.raises(AssertionError, match=hint):
+            ex.check_attention(wrong)
+
+    def swapped_square_only(q, k, v, mask=None):  # right where n_q == n_k, swapped elsewhere
+        if q.shape[-2] == k.shape[-2]:
+            return reference_attention(q, k, v, mask)
+        return scores(k, q).softmax(-1) @ v
+
+    with pytest.raises(AssertionError, match="queries and keys swapped"):
+        ex.check_attention(swapped_square_only)
+
+
 def test_check_parameter_count():
     def right(d, h, dk, dv):
         return h * d * (2 * dk + dv) + h * dv * d + h * (2 * dk + dv) + d
@@ -87,9 +131,24 @@ def test_check_parameter_count():
     def no_biases(d, h, dk, dv):
         return h * d * (2 * dk + dv) + h * dv * d
 
+    def no_b_O(d, h, dk, dv):
+        return right(d, h, dk, dv) - d
+
+    def no_W_O(d, h, dk, dv):
+        return right(d, h, dk, dv) - h * dv * d
+
+    def b_O_twice(d, h, dk, dv):
+        return right(d, h, dk, dv) + d
+
     assert ex.check_mha_parameter_count(right).startswith("Correct")
-    with pytest.raises(AssertionError, match="biases"):
-        ex.check_mha_parameter_count(no_biases)
+    for wrong, hint in (
+        (no_biases, "left out b_Q and b_K and b_V and b_O"),
+        (no_b_O, r"left out b_O \(96 parameters\)"),
+        (no_W_O, "left out W_V or W_O"),  # both have h d_model d_value numbers
+        (b_O_twice, "counted twice b_O"),
+    ):
+        with pytest.raises(AssertionError, match=hint):
+            ex.check_mha_parameter_count(wrong)
 
 
 def test_check_flops():
@@ -99,9 +158,20 @@ def test_check_flops():
     def forgot_values(d, h, dk, dv, n):
         return 2 * (n * d * h * (2 * dk + dv) + h * n * n * dk + n * h * dv * d)
 
+    def one_per_multiply_add(d, h, dk, dv, n):
+        return right(d, h, dk, dv, n) // 2
+
+    def no_scores(d, h, dk, dv, n):
+        return right(d, h, dk, dv, n) - 2 * h * n * n * dk
+
     assert ex.check_mha_flops(right).startswith("Correct")
-    with pytest.raises(AssertionError, match="FLOPs"):
-        ex.check_mha_flops(forgot_values)
+    for wrong, hint in (
+        (forgot_values, r"left out the weighted sum of values \(pattern @ V\)"),
+        (one_per_multiply_add, "one FLOP per multiply-add"),
+        (no_scores, r"left out Q K\^T"),
+    ):
+        with pytest.raises(AssertionError, match=hint):
+            ex.check_mha_flops(wrong)
 
 
 def test_reference_flops_match_torch_counter():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from multihead.analysis.circuits import induction_score
+from multihead.core.hooks import run_with_cache, run_with_hooks
 from multihead.core.rotary import rotary_matrix
 from multihead.exercises import (
     check_induction_build,
@@ -50,6 +51,49 @@ def test_patch_head_hints_and_refusal():
 
     with pytest.raises(AssertionError, match="what is lost"):
         check_patch_head(lost)
+
+    def patched(model, clean, corrupted, metric, layer, head):
+        """(m_clean, m_corrupted, m_patched) for one head, the answer's way."""
+        name = f"layers.{layer}.attn.z"
+        clean_logits, cache = run_with_cache(model, clean, names_filter=[name])
+
+        def put(z, _name):
+            z = z.clone()
+            z[:, head] = cache[name][:, head]
+            return z
+
+        m_patched = metric(run_with_hooks(model, corrupted, fwd_hooks=[(name, put)]))
+        return metric(clean_logits), metric(model(corrupted)), m_patched
+
+    def not_normalised(*args):
+        m_clean, m_bad, m_patched = patched(*args)
+        return float(m_patched - m_bad)
+
+    def sign_flipped(*args):
+        m_clean, m_bad, m_patched = patched(*args)
+        return float((m_patched - m_bad) / (m_bad - m_clean))
+
+    def next_head(model, clean, corrupted, metric, layer, head):
+        return answers.patch_head(model, clean, corrupted, metric, layer, 1 - head)
+
+    for wrong, hint in (
+        (not_normalised, "that is m_patched - m_corrupted.*divide it by m_clean - m_corrupted"),
+        (sign_flipped, "the sign is flipped"),
+        (next_head, "you returned what patching layer 0, head 1 recovers.*z\\[:, 0\\]"),
+    ):
+        with pytest.raises(AssertionError, match=hint):
+            check_patch_head(wrong)
+
+
+def test_recovered_is_checked_with_its_own_hints():
+    assert check_patch_head(answers.patch_head, answers.recovered).startswith("Correct")
+    for wrong, hint in (
+        (lambda c, b, p: 1 - answers.recovered(c, b, p), "not what is lost"),
+        (lambda c, b, p: min(max(answers.recovered(c, b, p), 0.0), 1.0), "do not clip it"),
+        (lambda c, b, p: (p - b) / (b - c), "recovered\\(2.0, 4.0, 3.0\\) is 0.5"),
+    ):
+        with pytest.raises(AssertionError, match=hint):
+            check_patch_head(answers.patch_head, wrong)
     with pytest.raises(AssertionError, match="write it yourself"):
         check_patch_head(
             lambda m, c, x, f, layer, head: float(patch_heads(m, c, x, f)[layer, head])

@@ -83,6 +83,25 @@ def test_min_key_size_checker() -> None:
 
     with pytest.raises(AssertionError, match="centr|mean"):
         check_min_key_size(uncentred)
+
+    def rows_centred(P):  # the mean of each row (dim=1) taken out, not of each column
+        L = torch.log(P)
+        s = torch.linalg.svdvals(L - L.mean(dim=1, keepdim=True))
+        return 0 if s[0] < 1e-12 else int((s > 1e-8 * s[0]).sum())
+
+    with pytest.raises(AssertionError, match="centring the rows removes another one"):
+        check_min_key_size(rows_centred)
+
+    def ranks(P):  # uncentred, rows centred
+        L = torch.log(P)
+        return [int(torch.linalg.matrix_rank(M, rtol=1e-8)) for M in (L, L - L.mean(1, True))]
+
+    def uncentred_where_it_differs(P):  # where centring the rows would give another rank
+        raw, rows = ranks(P)
+        return raw if raw != rows else min_key_size_reference(P)
+
+    with pytest.raises(AssertionError, match="rank\\(log P\\) counts the per-column constant"):
+        check_min_key_size(uncentred_where_it_differs)
     with pytest.raises(AssertionError, match="expected"):
         check_min_key_size(lambda P: P.shape[0])
 

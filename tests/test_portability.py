@@ -5,6 +5,7 @@ import ast
 import json
 import re
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -12,11 +13,6 @@ import nbformat
 import pytest
 
 from tools import nbtools
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    tomllib = None
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = nbtools.notebooks(ROOT)
@@ -58,8 +54,6 @@ def _top_level_imports(tree: ast.AST, skip_guarded: bool = False) -> set[str]:
 
 def _declared_distributions() -> set[str]:
     """The package's dependencies plus the extra the setup cell installs, normalised."""
-    if tomllib is None:
-        pytest.skip("needs Python >= 3.11 to read pyproject.toml")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extra = re.search(r"multihead\[(\w+)\]", nbtools.setup_source(ROOT)).group(1)
     specs = project["dependencies"] + project["optional-dependencies"][extra]

@@ -12,6 +12,7 @@ import importlib.util
 import re
 import shutil
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,11 +23,6 @@ import yaml
 from docutils import nodes
 
 from tools import nbtools
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    tomllib = None
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = {"intro": ROOT / "book" / "intro.md", "README": ROOT / "README.md"}
@@ -66,8 +62,6 @@ def local_commands(doc: Path) -> list[str]:
 
 def _project(root: Path, extras: set[str]) -> set[str]:
     """The project's name and the dependencies ``pip install .[extras]`` brings."""
-    if tomllib is None:
-        pytest.skip("needs Python >= 3.11 to read pyproject.toml")
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     specs = list(project["dependencies"])
     for extra in extras:
@@ -234,3 +228,48 @@ def test_changing_the_url_in_config_changes_intro_readme_and_setup_cell(tmp_path
     rendered = doctree[0]
     assert _clone_urls(rendered.astext()) == [new_url]
     assert rendered.rawsource == rendered.astext()  # so Sphinx still highlights it
+
+
+LOWEST_PYTHON = re.compile(r"Python (3\.\d+) or newer")
+
+
+def _minor(version: str) -> int:
+    major, minor = version.split(".")[:2]
+    assert major == "3", version
+    return int(minor)
+
+
+def test_the_docs_name_the_lowest_python_the_pins_install_on():
+    """The intro, the README and pyproject.toml name one lowest Python, and it is the lowest
+    the pinned requirements install on: every pin's ``Requires-Python`` (read from the
+    installed distribution, where it is the pinned version) admits it, and some pin refuses
+    the version below it."""
+    from packaging.specifiers import SpecifierSet
+
+    named = {doc: set(LOWEST_PYTHON.findall(path.read_text())) for doc, path in DOCS.items()}
+    for doc, found in named.items():
+        assert len(found) == 1, f"{doc} should name one lowest Python ('Python 3.x or newer')"
+    assert len(set().union(*named.values())) == 1, f"the docs disagree: {named}"
+    (floor,) = set().union(*named.values())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == f">={floor}", "pyproject.toml names another Python"
+    lowest, below = f"3.{_minor(floor)}.0", f"3.{_minor(floor) - 1}.99"
+    checked, refuse_below = [], []
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" not in line:
+            continue
+        name, version = (part.strip() for part in line.split("==", 1))
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if dist.version.split("+")[0] != version:
+            continue  # another version is installed here: its metadata says nothing of the pin
+        spec = SpecifierSet(dist.metadata.get("Requires-Python") or "")
+        assert spec.contains(lowest), f"{name}=={version} needs Python {spec}, not {floor}"
+        checked.append(name)
+        if not spec.contains(below):
+            refuse_below.append(name)
+    assert len(checked) >= 10, f"too few pins installed at their version to check: {checked}"
+    assert refuse_below, f"every pin installs on Python 3.{_minor(floor) - 1}: name that one"

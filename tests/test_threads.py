@@ -8,7 +8,8 @@ own choice (the test runner's ``OMP_NUM_THREADS`` removed). The fresh processes 
 and take a first optimiser step beforehand, so that the busy one spends the load importing
 the package and training, not starting torch. Every run must give the same bits. The
 training is big enough that another thread count gives other bits, which the test checks
-too: else it could not fail.
+too: else it could not fail. It takes seconds on a quiet machine and more on a busy one, and
+keeps every core busy for a few of them, so it is in the slow tier.
 """
 
 import os
@@ -121,6 +122,7 @@ def own_choice(monkeypatch):
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # it loads every core on purpose, which slows whatever runs beside it
 def test_same_seeds_give_the_same_bits_quiet_and_busy(own_choice):
     namespace = {}
     exec(WORKLOAD, namespace)  # noqa: S102 - the same code the fresh processes run

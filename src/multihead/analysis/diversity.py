@@ -147,6 +147,10 @@ def logit_gap(scores_a: Tensor, scores_b: Tensor) -> Tensor:
     attention logits over the keys: the quantity the chapter's logit-gap bound needs
     (adding a constant to a row of logits changes neither softmax nor the gap).
 
+    Masked keys (``-inf`` in both rows) are left out, as the bound's range runs over the
+    keys both rows allow; a row with every key masked has gap 0. A key masked in one row
+    only makes the gap ``inf`` (the bound is then ``log 2``, true of any two rows).
+
     Shapes: scores_a (..., key), scores_b the same shape -> (...).
     """
     check_tensor("scores_a", scores_a, min_ndim=1, layout="(..., key)")
@@ -156,8 +160,11 @@ def logit_gap(scores_a: Tensor, scores_b: Tensor) -> Tensor:
             f"scores_a has shape {tuple(scores_a.shape)} but scores_b has "
             f"{tuple(scores_b.shape)}; compare two heads on the same queries and keys"
         )
-    diff = scores_a - scores_b
-    return diff.amax(dim=-1) - diff.amin(dim=-1)
+    masked = (scores_a == float("-inf")) & (scores_b == float("-inf"))  # (..., key)
+    diff = (scores_a - scores_b).masked_fill(masked, 0.0)  # -inf - -inf would be nan
+    top = diff.masked_fill(masked, float("-inf")).amax(dim=-1)
+    bottom = diff.masked_fill(masked, float("inf")).amin(dim=-1)
+    return torch.where(masked.all(dim=-1), torch.zeros_like(top), top - bottom)
 
 
 def _check_gap(gap: object) -> Tensor:

@@ -174,7 +174,7 @@ def realize(
 
 # ---------------------------------------------------------------------- the rank bound
 def centered_log(P: Tensor) -> Tensor:
-    """``H log P`` with ``H = I - 11^T/n``: ``log P`` minus each column's mean.
+    """``J log P`` with ``J = I - 11^T/n``: ``log P`` minus each column's mean.
 
     Softmax over columns forgets exactly a per-column constant, so this is the part of
     the logits a pattern determines.
@@ -202,7 +202,7 @@ def numerical_rank(M: Tensor, rtol: float = 1e-8) -> int:
 def min_key_size(P: Tensor, rtol: float = 1e-8) -> int:
     """The smallest ``d_k`` for which one head on a full-column-rank ``X`` gives ``P``.
 
-    Equal to ``rank(H log P)`` (the exact criterion); at most ``n - 1``. Returns 0 for the uniform
+    Equal to ``rank(J log P)`` (the exact criterion); at most ``n - 1``. Returns 0 for the uniform
     pattern, which needs no key at all (logits 0), though a head always has ``d_k >= 1``.
 
     Shapes: P (n, n) -> int.
@@ -213,7 +213,7 @@ def min_key_size(P: Tensor, rtol: float = 1e-8) -> int:
 def realize_low_rank(X: Tensor, P: Tensor, d_k: int, rtol: float = 1e-8) -> tuple[Tensor, Tensor]:
     """Weights with key size ``d_k`` giving ``P`` exactly, when ``d_k >= min_key_size(P)``.
 
-    Factor ``H log P = U S V^T`` (SVD, rank ``r``): ``W~_k = [U_r^T; 0]`` and
+    Factor ``J log P = U S V^T`` (SVD, rank ``r``): ``W~_k = [U_r^T; 0]`` and
     ``W~_q = sqrt(d_k) [S_r V_r^T; 0]``, then multiply by ``X^+`` on the right.
 
     Shapes: X (d, n), P (n, n) -> W_q (d_k, d), W_k (d_k, d).
@@ -321,8 +321,8 @@ def null_vector_defect(X: Tensor, P: Tensor, rtol: float = 1e-10) -> Tensor:
     """How far ``P`` is from the constraint that dependent tokens impose on every head.
 
     If ``X u = 0`` for some ``u != 0``, every pattern of every head on ``X`` (any key size)
-    satisfies ``(H log P) u = 0`` (chapter 3, the null-vector proposition). This returns the
-    largest ``||(H log P) u||`` over unit vectors ``u`` of the null space of ``X``: 0 (up to
+    satisfies ``(J log P) u = 0`` (chapter 3, the null-vector proposition). This returns the
+    largest ``||(J log P) u||`` over unit vectors ``u`` of the null space of ``X``: 0 (up to
     roundoff) for a pattern that some head produces, positive for one no head produces, and
     exactly 0 when ``X`` has full column rank (no constraint).
 
@@ -353,7 +353,7 @@ def realize_mixed_logits(
     Row convention (tokens are the rows of ``X``, as in chapter 4). With ``X`` of full row
     rank and ``rank(log W - row means) <= h_k d_k``, returns ``W_Q, W_K`` such that
     ``softmax_rows(sum_i weights[i] X W_Q[i] W_K[i]^T X^T / sqrt(d_k)) == W``: the target
-    ``C = (log W) H`` is pulled back to ``M = X^+ C X^{+T}`` (``X X^+ = I``), ``M`` is
+    ``C = (log W) J`` is pulled back to ``M = X^+ C X^{+T}`` (``X X^+ = I``), ``M`` is
     factored as ``A B^T`` with ``h_k d_k`` columns, and the columns are split into heads.
 
     Shapes: X (n, d), W (n, n), weights (h_k,) all nonzero -> W_Q, W_K (h_k, d, d_k).

@@ -276,9 +276,9 @@ class Decoder(nn.Module):
     ) -> Tensor:
         """Greedy decoding: append the most likely next token ``n_new`` times. With
         ``use_cache`` each step feeds only the newest token (the cache holds the rest);
-        without, each step recomputes the whole prefix. Both give the same tokens.
-        ``key_padding_mask`` marks padding in the prompt (left padding); a padded prompt
-        continues as it would alone.
+        without, each step recomputes the whole prefix. Both give the same logits to roundoff,
+        so the same tokens unless the top two are that close. ``key_padding_mask`` marks
+        padding in the prompt (left padding); a padded prompt continues as it would alone.
 
         Shapes: prompt (batch, prompt_len) -> (batch, prompt_len + n_new).
         """

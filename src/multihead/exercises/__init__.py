@@ -49,6 +49,7 @@ from multihead.exercises.ch09 import (
 )
 from multihead.exercises.ch10 import (
     check_absorbed_scores,
+    check_decode_step,
     check_group_kv,
     check_llama3_cache_bytes,
     check_online_step,
@@ -71,6 +72,7 @@ __all__ = [
     "check_bert_large_extra_params",
     "check_causal_mask",
     "check_classical_mds",
+    "check_decode_step",
     "check_distinctness",
     "check_drophead_rescale",
     "check_expected_l0",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -69,8 +70,9 @@ def _mask_hint(got: torch.Tensor, inverted: list, has_empty_rows: bool) -> str:
 
 
 def _attention_cases(gen: torch.Generator):
-    """(q, k, v, mask, what) cases: no mask, causal, padding, and rows with every key masked."""
-    for shape_q, shape_k, d_v in (((5, 4), (7, 4), 3), ((2, 3, 6, 8), (2, 3, 6, 8), 5)):
+    """(q, k, v, mask, what) cases: no mask, causal, padding, and rows with every key masked.
+    The first has as many queries as keys, where swapped queries and keys still run."""
+    for shape_q, shape_k, d_v in (((2, 3, 6, 8), (2, 3, 6, 8), 5), ((5, 4), (7, 4), 3)):
         q = torch.randn(*shape_q, generator=gen, dtype=torch.float64)
         k = torch.randn(*shape_k, generator=gen, dtype=torch.float64)
         v = torch.randn(*shape_k[:-1], d_v, generator=gen, dtype=torch.float64)
@@ -85,6 +87,41 @@ def _attention_cases(gen: torch.Generator):
             left_pad = torch.zeros(n_k, dtype=torch.bool)
             left_pad[:2] = True  # left padding: queries 0 and 1 may look at nothing
             yield q, k, v, causal | left_pad, "left padding under a causal mask"
+
+
+def _unmasked_bugs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list:
+    """(output, hint) for the usual mistakes of attention without a mask.
+
+    Shapes: q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v) -> each (..., n_q, d_v).
+    """
+    scale = q.shape[-1] ** 0.5
+    scores = q @ k.transpose(-2, -1)  # (..., n_q, n_k)
+    found = [
+        (
+            (scores / scale).softmax(-2) @ v,
+            "the softmax runs over the queries (dim=-2), or over k q^T transposed back: each "
+            "query's weights over the keys must sum to 1, so take it over the last axis of "
+            "q k^T, the keys (dim=-1)",
+        ),
+        (
+            scores.softmax(-1) @ v,
+            "the scores are not scaled: divide q k^T by sqrt(d_k) before the softmax",
+        ),
+        (
+            (scores / q.shape[-1]).softmax(-1) @ v,
+            "divide the scores by sqrt(d_k), not by d_k",
+        ),
+    ]
+    if q.shape[-2] == k.shape[-2]:
+        found.append(
+            (
+                (k @ q.transpose(-2, -1) / scale).softmax(-1) @ v,
+                "the queries and the keys are swapped: row i of the scores is query i against "
+                "every key, q k^T, not k q^T (with more keys than queries k q^T does not even "
+                "fit v)",
+            )
+        )
+    return found
 
 
 @checker
@@ -104,9 +141,17 @@ def check_attention(fn: Callable) -> str:
         want = attention_pattern(q, k, mask) @ v
         try:
             got = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
+        except NotImplementedError:  # a RuntimeError too: the stub, for @checker to name
+            raise
         except RuntimeError as exc:  # most often a mask reshaped so that it no longer fits
             if mask is None:
-                raise
+                raise AssertionError(
+                    f"with {q.shape[-2]} queries and {k.shape[-2]} keys (q {tuple(q.shape)}, k "
+                    f"{tuple(k.shape)}, v {tuple(v.shape)}) your function raised RuntimeError: "
+                    f"{exc}. The scores are q @ k.transpose(-2, -1), one row per query and one "
+                    "column per key; k @ q^T (queries and keys swapped) has the shape of its "
+                    "transpose and no longer fits v"
+                ) from exc
             raise AssertionError(
                 f"with {what} of shape {tuple(mask.shape)} and scores of shape "
                 f"{(*q.shape[:-1], k.shape[-2])} your function raised RuntimeError: {exc}. The "
@@ -129,13 +174,40 @@ def check_attention(fn: Callable) -> str:
                 raise AssertionError(f"with {what}: {nan}{hint}")
         if err > 1e-6:
             if mask is None:
-                hint = "did you divide the scores by sqrt(d_k) and softmax over the keys?"
+                hint = next(
+                    (h for out, h in _unmasked_bugs(q, k, v) if torch.allclose(got.double(), out)),
+                    "the output differs from softmax(q k^T / sqrt(d_k)) v",
+                )
             elif mask.all(dim=-1).any():
                 hint = _EMPTY_ROW
             else:
                 hint = "masked keys must get exactly zero weight (fill their scores with -inf)"
             raise AssertionError(f"with {what}: max difference {err:.2e}; {hint}")
     return ok("your attention matches the reference, with causal, padding and empty masks.")
+
+
+def _missing_terms(want: int, got: object, parts: dict[str, int], what: str) -> str:
+    """Name what an answer left out, counted twice or halved: the smallest set of ``parts``
+    whose total is the gap between ``got`` and ``want``, else the list of every part."""
+    every = ", ".join(parts)
+    tail = " (2 FLOPs per multiply-add.)" if what == "FLOPs" else ""
+    if not isinstance(got, (int, float)) or isinstance(got, bool):
+        return f"Return a number: the {what} of {every}."
+    if what == "FLOPs" and got * 2 == want:
+        return (
+            "That is half: you counted one FLOP per multiply-add, where PyTorch's counter "
+            "(and the convention) counts 2, a multiply and an add."
+        )
+    for size in range(1, len(parts) + 1):
+        for gap, verb in ((want - got, "left out"), (got - want, "counted twice")):
+            found = [
+                " and ".join(subset)
+                for subset in itertools.combinations(parts, size)
+                if sum(parts[n] for n in subset) == gap
+            ]
+            if found:  # several when parts of the same size could be the ones
+                return f"You {verb} {' or '.join(found)} ({gap} {what}).{tail}"
+    return f"Count {every}.{tail}"
 
 
 @checker
@@ -148,17 +220,27 @@ def check_mha_parameter_count(fn: Callable) -> str:
     require_callable("fn", fn)
     fn = refuse_reference(fn, *_ATTENTION, count_parameters, cost)
     for d_model, h, d_k, d_v in (
+        (96, 3, 7, 11),
         (64, 4, 16, 16),
         (128, 8, 32, 8),
-        (96, 3, 7, 11),
         (512, 8, 64, 64),
     ):
         want = count_parameters(MultiHeadAttention(d_model, h, d_k, d_v))
         got = fn(d_model, h, d_k, d_v)
         if got != want:
+            parts = {
+                "W_Q": h * d_model * d_k,
+                "W_K": h * d_model * d_k,
+                "W_V": h * d_model * d_v,
+                "W_O": h * d_v * d_model,
+                "b_Q": h * d_k,
+                "b_K": h * d_k,
+                "b_V": h * d_v,
+                "b_O": d_model,
+            }
             raise AssertionError(
                 f"for d_model={d_model}, n_heads={h}, d_key={d_k}, d_value={d_v} you gave "
-                f"{got}, expected {want}. Count W_Q, W_K, W_V, W_O and the four biases."
+                f"{got}, expected {want}. {_missing_terms(want, got, parts, 'parameters')}"
             )
     return ok("your formula counts every weight and bias.")
 
@@ -181,16 +263,23 @@ def check_mha_flops(fn: Callable) -> str:
     """
     require_callable("fn", fn)
     fn = refuse_reference(fn, *_ATTENTION, cost)
-    cases = ((64, 4, 16, 16, 10), (128, 8, 32, 8, 50), (96, 3, 7, 11, 33), (256, 8, 32, 32, 128))
+    cases = ((96, 3, 7, 11, 33), (64, 4, 16, 16, 10), (128, 8, 32, 8, 50), (256, 8, 32, 32, 128))
     for d_model, h, d_k, d_v, n in cases:
         want = _measured_flops(d_model, h, d_k, d_v, n)
         got = fn(d_model, h, d_k, d_v, n)
         if got != want:
-            terms = "the Q/K/V projections, Q K^T, the weighted sum of values and W_O"
+            parts = {
+                "the query projection": 2 * n * d_model * h * d_k,
+                "the key projection": 2 * n * d_model * h * d_k,
+                "the value projection": 2 * n * d_model * h * d_v,
+                "Q K^T": 2 * h * n * n * d_k,
+                "the weighted sum of values (pattern @ V)": 2 * h * n * n * d_v,
+                "W_O": 2 * n * h * d_v * d_model,
+            }
             raise AssertionError(
                 f"for d_model={d_model}, n_heads={h}, d_key={d_k}, d_value={d_v}, n={n} you "
-                f"gave {got}, PyTorch's counter measures {want}. Count {terms}, 2 FLOPs per "
-                "multiply-add."
+                f"gave {got}, PyTorch's counter measures {want}. "
+                f"{_missing_terms(want, got, parts, 'FLOPs')}"
             )
     return ok("your FLOP count matches, and grows like n^2 only through Q K^T and P V.")
 

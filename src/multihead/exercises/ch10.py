@@ -9,6 +9,8 @@ from collections.abc import Callable
 import torch
 
 from multihead.analysis import cost
+from multihead.core import attention, latent, tiles
+from multihead.core import cache as kv_cache
 from multihead.exercises._common import checker, expect, ok, refuse_reference, require_callable
 
 LLAMA3_8B = {"n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "d_head": 128, "tokens": 8192}
@@ -75,9 +77,14 @@ def check_group_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
                     "1; the heads of a group are consecutive (heads 0..g-1 read head 0): "
                     "repeat each head g times in place"
                 )
+            g = n_heads // kv_heads
+            head = next(i for i in range(n_heads) if not torch.equal(got[:, i], want[:, i]))
+            read = [j for j in range(kv_heads) if torch.equal(got[:, head], k[:, j])]
+            what = f"reads key/value head {read[0]}" if read else "reads none of the heads"
             raise AssertionError(
-                f"query head i must read key/value head i // {n_heads // kv_heads} "
-                f"({kv_heads} key/value heads, n_heads={n_heads})"
+                f"with {kv_heads} key/value heads and n_heads={n_heads}, query head {head} "
+                f"{what}; it is in group {head} // {g} = {head // g} (heads "
+                f"{head // g * g} to {head // g * g + g - 1} read key/value head {head // g})"
             )
     try:
         fn(torch.randn(1, 3, 2, 2), 4)
@@ -96,23 +103,41 @@ def check_group_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> str:
     return ok("query heads read their group's key/value head, and bad sizes are refused.")
 
 
-def _online_step(mu, ell, o, s, v):
+def _online_step(mu, ell, o, s, v, flip=False, rescale=True):
+    """The recurrence of eq-online-softmax, or one of its usual slips (``flip``: the factor
+    exp(mu_new - mu_old); ``rescale=False``: no factor). Masked scores are -inf; while a
+    query's maximum is still -inf, 0 is subtracted instead, so its factor and terms are 0.
+    Shapes: mu, ell (q,), o (q, d_v), s (q, tile), v (tile, d_v)."""
     new_mu = torch.maximum(mu, s.max(dim=-1).values)
     safe = torch.where(torch.isinf(new_mu), torch.zeros_like(new_mu), new_mu)
-    scale = torch.where(torch.isinf(mu), torch.zeros_like(mu), torch.exp(mu - safe))
+    factor = torch.exp(safe - mu) if flip else torch.exp(mu - safe)
+    scale = torch.where(torch.isinf(mu), torch.zeros_like(mu), factor)
+    if not rescale:
+        scale = torch.ones_like(mu)
     w = torch.exp(s - safe[:, None])
     return new_mu, scale * ell + w.sum(-1), scale[:, None] * o + w @ v
+
+
+_UNSEEN = (
+    "nan or inf in ell or o, after a tile in which a query has still seen no open key (its "
+    "maximum is -inf: the first tile of a left-padded query is all masked). There "
+    "exp(mu_old - mu_new) and every exp(s - mu_new) are exp(-inf - (-inf)) = nan: the factor "
+    "must be 0 and each term of a masked score 0. Subtract 0 instead of mu_new while mu_new is "
+    "-inf (torch.where(torch.isinf(mu_new), 0, mu_new)), and set the factor to 0 where mu_old "
+    "is -inf"
+)
 
 
 @checker
 def check_online_step(fn: Callable[..., tuple]) -> str:
     """Check ``fn(mu, ell, o, s, v) -> (mu, ell, o)``: one tile of the online softmax, and
-    that running it over all tiles gives softmax(s) v."""
+    that running it over all tiles gives softmax(s) v, also for a query whose first tile is
+    masked."""
     require_callable("fn", fn)
     gen = torch.Generator().manual_seed(11)
     q, n, d_v, tile = 4, 10, 3, 4
     s_all = 3 * torch.randn(q, n, dtype=torch.float64, generator=gen)
-    s_all[1, :tile] = float("-inf")  # a query whose first tile is masked
+    s_all[1, :tile] = float("-inf")  # a query whose first tile is masked (left padding)
     v_all = torch.randn(n, d_v, dtype=torch.float64, generator=gen)
     mu = torch.full((q,), float("-inf"), dtype=torch.float64)
     ell, o = torch.zeros(q, dtype=torch.float64), torch.zeros(q, d_v, dtype=torch.float64)
@@ -122,27 +147,33 @@ def check_online_step(fn: Callable[..., tuple]) -> str:
         expect(isinstance(got, tuple) and len(got) == 3, "return the tuple (mu, ell, o), updated")
         want = _online_step(mu, ell, o, s, v)
         if any(not torch.isfinite(t).all() for t in got[1:]):
-            raise AssertionError(
-                "nan or inf in ell or o: where the old maximum is -inf the rescaling factor "
-                "exp(mu_old - mu_new) must be 0 (exp(-inf - (-inf)) is nan: guard it)"
-            )
+            raise AssertionError(_UNSEEN)
         if not torch.allclose(got[0], want[0]):
             raise AssertionError("mu must become the larger of the old maximum and the tile's")
         if not (torch.allclose(got[1], want[1]) and torch.allclose(got[2], want[2])):
-            plain = (ell + torch.exp(s - want[0][:, None]).sum(-1), None)
-            if start and torch.allclose(got[1], plain[0]):
-                raise AssertionError(
+            slips = (
+                (
+                    _online_step(mu, ell, o, s, v, rescale=False),
                     "the old sum is relative to the old maximum: multiply ell and o by "
-                    "exp(mu_old - mu_new) before adding the tile's terms"
-                )
+                    "exp(mu_old - mu_new) before adding the tile's terms",
+                ),
+                (
+                    _online_step(mu, ell, o, s, v, flip=True),
+                    "the factor is upside down: rescale by exp(mu_old - mu_new), which is at "
+                    "most 1 because the maximum only grows, not by exp(mu_new - mu_old)",
+                ),
+            )
+            for slip, hint in slips:
+                if torch.allclose(got[1], slip[1]) and torch.allclose(got[2], slip[2]):
+                    raise AssertionError(hint)
             raise AssertionError(
-                "ell and o differ from the recurrence: the tile's terms are exp(s - mu_new) "
-                "(and exp(s - mu_new) v for o), after rescaling the old ones"
+                "ell and o differ from the recurrence: after rescaling the old ones, add the "
+                "tile's terms exp(s - mu_new) to ell and exp(s - mu_new) v to o"
             )
         mu, ell, o = want
     out = o / ell[:, None]
     expect(torch.allclose(out, s_all.softmax(-1) @ v_all), "the tiles do not add up")
-    return ok("your step, run tile by tile, gives softmax(s) v exactly.")
+    return ok("your step, run tile by tile, gives softmax(s) v (to roundoff).")
 
 
 class _Latents(torch.Tensor):
@@ -190,3 +221,101 @@ def check_absorbed_scores(fn: Callable[..., torch.Tensor]) -> str:
                 raise AssertionError(hint)
         raise AssertionError("the logits differ from (x W_Q)(latents W_UK)^T / sqrt(d_head)")
     return ok("the absorbed logits equal those of the decompressed keys, and no key was formed.")
+
+
+def _decode_case(seed: int):
+    """Inputs of one head's decoding: x (batch, steps, d_model), W_Q, W_K, W_V (d_model,
+    d_head), and the full computation's outputs (batch, steps, d_head), keys and values."""
+    gen = torch.Generator().manual_seed(seed)
+    batch, steps, d_model, d_head = 2, 6, 7, 3
+    x = torch.randn(batch, steps, d_model, dtype=torch.float64, generator=gen)
+    W_Q, W_K, W_V = (
+        torch.randn(d_model, d_head, dtype=torch.float64, generator=gen) for _ in range(3)
+    )
+    q, k, v = x @ W_Q, x @ W_K, x @ W_V  # (batch, steps, d_head)
+    causal = torch.ones(steps, steps, dtype=torch.bool).triu(1)  # True = blocked
+    scores = (q @ k.transpose(1, 2) / math.sqrt(d_head)).masked_fill(causal, float("-inf"))
+    return x, (W_Q, W_K, W_V), scores.softmax(-1) @ v, k, v
+
+
+@checker
+def check_decode_step(fn: Callable[..., tuple]) -> str:
+    """Check ``fn(x, k_cache, v_cache, W_Q, W_K, W_V) -> (out, k_cache, v_cache)``: one step
+    of decoding with a KV cache for one head. ``x`` (batch, d_model) is the new token's input,
+    the caches (batch, t, d_head) hold the keys and values of the ``t`` earlier tokens (``t``
+    may be 0); ``out`` (batch, d_head) is the new token's attention output over all ``t + 1``
+    tokens, and the returned caches hold ``t + 1``. Run from an empty cache, step by step,
+    the outputs must be those of causal attention over the whole sequence at once."""
+    require_callable("fn", fn)
+    fn = refuse_reference(fn, attention, kv_cache, latent, tiles)
+    x, weights, want_out, want_k, want_v = _decode_case(13)
+    batch, steps, _ = x.shape
+    d_head = want_k.shape[-1]
+    k_cache = torch.zeros(batch, 0, d_head, dtype=torch.float64)
+    v_cache = torch.zeros(batch, 0, d_head, dtype=torch.float64)
+    for t in range(steps):
+        got = fn(x[:, t], k_cache.clone(), v_cache.clone(), *weights)
+        expect(
+            isinstance(got, tuple) and len(got) == 3,
+            "return the tuple (out, k_cache, v_cache): the output and the caches after the step",
+        )
+        out, k_new, v_new = got
+        for name, cache, full in (("k_cache", k_new, want_k), ("v_cache", v_new, want_v)):
+            expect(isinstance(cache, torch.Tensor), f"{name} must be a tensor")
+            length = cache.shape[1] if cache.ndim == 3 else None
+            if t and length == 1 and torch.allclose(cache, full[:, t : t + 1]):
+                raise AssertionError(
+                    f"at step {t} the returned {name} holds only the new token: append to the "
+                    "cache, do not replace it, or the next step forgets every earlier token"
+                )
+            if length == t:
+                raise AssertionError(
+                    f"at step {t} the returned {name} is the cache as it came in: the new token's "
+                    "key and value must be appended (torch.cat along the token axis, dim=1), or "
+                    "the next step will not see this token at all"
+                )
+            expect(
+                tuple(cache.shape) == (batch, t + 1, d_head),
+                f"after step {t} {name} must have shape (batch, {t + 1}, d_head) = "
+                f"{(batch, t + 1, d_head)}, got {tuple(cache.shape)}",
+            )
+        stored = {"k_cache": (k_new, want_k), "v_cache": (v_new, want_v)}
+        for name, (cache, full) in stored.items():
+            if not torch.allclose(cache, full[:, : t + 1]):
+                if t and torch.allclose(cache, torch.cat([full[:, t : t + 1], full[:, :t]], 1)):
+                    raise AssertionError(
+                        f"{name} is in the wrong order: the new token goes at the end (cat the "
+                        "old cache first), so that row j is token j"
+                    )
+                raise AssertionError(
+                    f"after step {t} {name} must hold the {'keys' if name[0] == 'k' else 'values'}"
+                    " of tokens 0 to t: x W_K (or x W_V) of each token, in order"
+                )
+        expect(isinstance(out, torch.Tensor), f"out must be a tensor, got {type(out).__name__}")
+        expect(
+            tuple(out.shape) == (batch, d_head),
+            f"out must have shape (batch, d_head) = {(batch, d_head)}, got {tuple(out.shape)}",
+        )
+        if torch.allclose(out, want_out[:, t]):
+            k_cache, v_cache = want_k[:, : t + 1], want_v[:, : t + 1]
+            continue
+        q = x[:, t] @ weights[0]  # (batch, d_head)
+        earlier = (q[:, None] @ want_k[:, :t].transpose(1, 2) / math.sqrt(d_head)).softmax(-1)
+        earlier = (earlier @ want_v[:, :t])[:, 0]  # zeros at step 0: there is nothing earlier
+        if torch.isnan(out).all() or torch.allclose(out, earlier):
+            raise AssertionError(
+                f"at step {t} the new token attends only to the tokens before it ({t} of them): "
+                "it must see its own key and value too, as query i sees keys j <= i in the full "
+                "computation. Append the new key and value first, then attend over the whole cache"
+            )
+        plain = (q[:, None] @ want_k[:, : t + 1].transpose(1, 2)).softmax(-1)
+        if torch.allclose(out, (plain @ want_v[:, : t + 1])[:, 0]):
+            raise AssertionError("divide the scores by sqrt(d_head) before the softmax")
+        raise AssertionError(
+            f"at step {t} the output differs from attention of the new query over the keys "
+            "and values of tokens 0 to t: softmax(q K^T / sqrt(d_head)) V with the updated cache"
+        )
+    return ok(
+        f"{steps} steps from an empty cache give the outputs of causal attention over the whole "
+        "sequence, and the cache grows by one key and one value per step."
+    )

@@ -99,14 +99,50 @@ def _tiny_model() -> tuple[Decoder, torch.Tensor, torch.Tensor, Callable]:
     return model, clean, corrupted, metric
 
 
+def _check_recovered(recovered: Callable[[float, float, float], float]) -> None:
+    """``recovered(m_clean, m_corrupted, m_patched)`` on numbers whose answers are known,
+    a fraction above 1 and one below 0 among them."""
+    require_callable("recovered", recovered)
+    for m_clean, m_bad, m_patched, want in (
+        (2.0, 4.0, 3.0, 0.5),  # a loss: lower is better, half of the gap is back
+        (1.0, 3.0, 0.5, 1.25),  # better than the clean run: more than all of it
+        (5.0, 1.0, 0.0, -0.25),  # worse than the corrupted run: below 0
+    ):
+        got = recovered(m_clean, m_bad, m_patched)
+        expect(isinstance(got, (float, int, torch.Tensor)), "recovered must return a number")
+        if abs(float(got) - want) < 1e-9:
+            continue
+        if abs(float(got) - (1 - want)) < 1e-9:
+            raise AssertionError(
+                "recovered measures what comes back, not what is lost: "
+                "(m_patched - m_corrupted) / (m_clean - m_corrupted)"
+            )
+        if abs(float(got) - min(max(want, 0.0), 1.0)) < 1e-9:
+            raise AssertionError(
+                f"recovered({m_clean}, {m_bad}, {m_patched}) is {want}: do not clip it to "
+                "[0, 1]; a patch can overshoot the clean run or undershoot the corrupted one"
+            )
+        raise AssertionError(
+            f"recovered({m_clean}, {m_bad}, {m_patched}) is {want}, got {float(got)}: "
+            "(m_patched - m_corrupted) / (m_clean - m_corrupted)"
+        )
+
+
 @checker
-def check_patch_head(fn: Callable[..., float]) -> str:
+def check_patch_head(
+    fn: Callable[..., float], recovered: Callable[[float, float, float], float] | None = None
+) -> str:
     """Check ``fn(model, clean, corrupted, metric, layer, head) -> float``: the fraction of the
-    metric recovered when one head's output ``z`` is patched from the clean run."""
+    metric recovered when one head's output ``z`` is patched from the clean run; and, if
+    given, ``recovered(m_clean, m_corrupted, m_patched) -> float``, that fraction."""
     require_callable("fn", fn)
+    if recovered is not None:
+        _check_recovered(recovered)
     fn = refuse_reference(fn, patching)
     model, clean, corrupted, metric = _tiny_model()
     want = patching.patch_heads(model, clean, corrupted, metric)  # (layers, heads)
+    with torch.no_grad():
+        m_clean, m_bad = float(metric(model(clean))), float(metric(model(corrupted)))
     for layer in range(2):
         for head in range(2):
             got = fn(model, clean, corrupted, metric, layer, head)
@@ -120,6 +156,16 @@ def check_patch_head(fn: Callable[..., float]) -> str:
                     "you measured what is lost, not what comes back: recovered = "
                     "(m_patched - m_corrupted) / (m_clean - m_corrupted)"
                 )
+            if abs(got - w * (m_clean - m_bad)) < 1e-6:
+                raise AssertionError(
+                    "that is m_patched - m_corrupted, what the patch moved the metric by: divide "
+                    "it by m_clean - m_corrupted, the whole gap, to get the fraction recovered"
+                )
+            if abs(got + w) < 1e-6:
+                raise AssertionError(
+                    "the sign is flipped: divide by m_clean - m_corrupted, not by "
+                    "m_corrupted - m_clean"
+                )
             name = f"layers.{layer}.attn.z"
             _, cache = run_with_cache(model, clean, names_filter=[name])
 
@@ -127,17 +173,34 @@ def check_patch_head(fn: Callable[..., float]) -> str:
                 return clean_z
 
             m_all = metric(run_with_hooks(model, corrupted, fwd_hooks=[(name, every_head)]))
-            m_clean, m_bad = metric(model(clean)), metric(model(corrupted))
             if abs(got - float((m_all - m_bad) / (m_clean - m_bad))) < 1e-6:
                 raise AssertionError(
                     "you patched every head of the layer: replace only z[:, head] by its clean "
                     "value and keep the others as the corrupted run computes them"
                 )
+            others = [
+                (lo, ho)
+                for lo in range(2)
+                for ho in range(2)
+                if (lo, ho) != (layer, head) and abs(got - float(want[lo, ho])) < 1e-6
+            ]
+            if others:
+                lo, ho = others[0]
+                raise AssertionError(
+                    f"asked for layer {layer}, head {head}, you returned what patching layer {lo}, "
+                    f"head {ho} recovers: z is (batch, heads, seq, d_head), so head {head} of "
+                    f"layer {layer} is z[:, {head}] at the hook point layers.{layer}.attn.z"
+                )
             raise AssertionError(
-                f"layer {layer}, head {head}: expected {w:.4f}, got {got:.4f}; patch the hook "
-                f"point layers.{layer}.attn.z"
+                f"layer {layer}, head {head}: expected {w:.4f}, got {got:.4f}; patch z[:, head] at "
+                f"the hook point layers.{layer}.attn.z, then (m_patched - m_corrupted) / "
+                "(m_clean - m_corrupted)"
             )
-    return ok("your patch recovers what the package's patch_heads measures, head by head.")
+    return ok(
+        "your patch recovers what the package's patch_heads measures, head by head. Some "
+        "fractions are far from [0, 1]: a patched run is neither the clean nor the corrupted "
+        "one, and nothing bounds its metric by theirs."
+    )
 
 
 @checker

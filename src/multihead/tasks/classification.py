@@ -174,10 +174,21 @@ def classifier_scores(model: EncoderModel, data: ClassificationData) -> tuple[fl
     """
     if not isinstance(data, ClassificationData):
         raise TypeError(f"data must be ClassificationData, got {type(data).__name__}")
+    per_sentence, accuracy = _sentence_scores(model, data)
+    return per_sentence.mean().item(), accuracy
+
+
+def _sentence_scores(model: nn.Module, data: ClassificationData) -> tuple[Tensor, float]:
+    """Each sentence's cross-entropy and the accuracy. The mean loss is always taken from
+    these, so that a model scores the same bits wherever it is scored (the cross-entropy's
+    own mean adds in another order).
+
+    Shapes: -> (sentences,), float.
+    """
     logits = classify(model, data.src)
     labels = data.labels.to(logits.device)
-    loss = F.cross_entropy(logits, labels).item()
-    return loss, (logits.argmax(-1) == labels).float().mean().item()
+    per = F.cross_entropy(logits, labels, reduction="none")  # (sentences,)
+    return per, (logits.argmax(-1) == labels).float().mean().item()
 
 
 def classification_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -229,10 +240,7 @@ def train_classifiers(
     run_cfg = replace(train_config, eval_every=train_config.steps // evals)
 
     def evaluate(model: nn.Module) -> dict:
-        logits = classify(model, valid_data.src)
-        labels = valid_data.labels.to(logits.device)
-        per = F.cross_entropy(logits, labels, reduction="none")  # each sentence's, for verdicts
-        accuracy = (logits.argmax(-1) == labels).float().mean().item()
+        per, accuracy = _sentence_scores(model, valid_data)  # each sentence's, for verdicts
         return {"loss": per.mean().item(), "accuracy": accuracy, "example_loss": per.tolist()}
 
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
