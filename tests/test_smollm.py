@@ -161,3 +161,15 @@ def test_smollm2_greedy_decoding_matches_transformers_generate(smollm2):
     for (a, b), text in zip(greedy(ours, theirs, prompts, 32), texts, strict=True):
         assert torch.equal(a, b), (text, tokenizer.decode(a[0]), tokenizer.decode(b[0]))
     assert "Paris" in tokenizer.decode(ours.generate(prompts[0], 3)[0])
+
+
+@pytest.mark.slow
+def test_smollm2_tokenizer_follows_the_gguf_file(smollm2):
+    # no BOS token, <|im_end|> (2) ends and pads, padding on the left: what the file says,
+    # whichever transformers version built the tokenizer
+    _, _, tokenizer = smollm2
+    assert tokenizer("The capital of France is").input_ids == [504, 3575, 282, 4649, 314]
+    batch = tokenizer(["a b", "The capital of"], padding=True)
+    assert batch.input_ids == [[2, 81, 278], [504, 3575, 282]]
+    assert batch.attention_mask == [[0, 1, 1], [1, 1, 1]]
+    assert tokenizer.eos_token_id == tokenizer.pad_token_id == 2

@@ -83,16 +83,19 @@ def _gguf():
     return gguf
 
 
-def read_gguf(path: str | os.PathLike) -> tuple[dict, dict[str, Tensor]]:
-    """The ``Decoder`` arguments of a Llama-family GGUF file and its weights, dequantized to
-    float32 under the course's names (``Decoder.state_dict`` keys).
+def read_gguf(path: str | os.PathLike) -> dict:
+    """What a Llama-family GGUF file holds: ``kwargs``, the ``Decoder`` arguments; ``state``,
+    its weights dequantized to float32 under the course's names (``Decoder.state_dict``
+    keys); ``tokens``, the special token ids and whether a BOS token starts each text.
 
-    Shapes: -> (kwargs, {name: tensor}), e.g. ``layers.0.attn.W_Q`` (n_heads, d_model, d_head).
+    Shapes: state ``layers.0.attn.W_Q`` (n_heads, d_model, d_head) and the like.
     """
     gguf = _gguf()
     reader = gguf.GGUFReader(os.fspath(path))
 
-    def value(key: str):
+    def value(key: str, default=None):
+        if key not in reader.fields and default is not None:
+            return default
         field = reader.fields[key]
         part = field.parts[field.data[0]]
         return bytes(part).decode() if field.types[0] == gguf.GGUFValueType.STRING else part[0]
@@ -123,7 +126,10 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict, dict[str, Tensor]]:
         "tie_embeddings": "output.weight" not in raw,
         **LLAMA,
     }
-    return kwargs, course_weights(raw, kwargs, source=0)
+    ids = {k: int(value(f"tokenizer.ggml.{k}_token_id")) for k in ("bos", "eos")}
+    ids["pad"] = int(value("tokenizer.ggml.padding_token_id", ids["eos"]))
+    tokens = {**ids, "add_bos": bool(value("tokenizer.ggml.add_bos_token", True))}
+    return {"kwargs": kwargs, "state": course_weights(raw, kwargs, source=0), "tokens": tokens}
 
 
 def course_weights(raw: dict[str, Tensor], kwargs: dict, source: int) -> dict[str, Tensor]:
@@ -178,20 +184,22 @@ def load_smollm2(*, device=None, dtype: torch.dtype = torch.float32):
     cached = cache_dir() / f"smollm2-{digest}.pt"
     if cached.exists():  # tensors and plain data only; mmap: no copy of 540 MB
         saved = torch.load(cached, map_location="cpu", weights_only=True, mmap=True)
-        kwargs, state = saved["kwargs"], saved["state"]
     else:
-        kwargs, state = read_gguf(path)
+        saved = read_gguf(path)
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")  # another process may write it too
-        torch.save({"kwargs": kwargs, "state": state}, tmp)
+        torch.save(saved, tmp)
         tmp.replace(cached)
-    model = build(kwargs, state).to(device=runtime.device() if device is None else device)
-    return model.to(dtype), smollm2_tokenizer(path, cache_dir() / f"smollm2-{digest}-tokenizer")
+    model = build(saved["kwargs"], saved["state"])
+    model = model.to(device=runtime.device() if device is None else device, dtype=dtype)
+    folder = cache_dir() / f"smollm2-{digest}-tokenizer"
+    return model, smollm2_tokenizer(path, folder, saved["tokens"])
 
 
-def smollm2_tokenizer(path: Path, cached: Path):
+def smollm2_tokenizer(path: Path, cached: Path, tokens: dict):
     """SmolLM2's tokenizer from the GGUF file's vocabulary and merges (through
-    transformers), kept in ``cached`` after the first time; left padding. Shapes: none."""
+    transformers), kept in ``cached`` after the first time, with the file's special tokens
+    (``tokens``; transformers before 5 misreads some) and padding on the left. Shapes: none."""
     from transformers import AutoTokenizer
 
     if not (cached / "tokenizer.json").is_file():
@@ -199,6 +207,9 @@ def smollm2_tokenizer(path: Path, cached: Path):
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         tokenizer.save_pretrained(cached)
     tokenizer = AutoTokenizer.from_pretrained(cached)
+    tokenizer.add_bos_token = tokens["add_bos"]
+    for name in ("bos", "eos", "pad"):
+        setattr(tokenizer, f"{name}_token", tokenizer.convert_ids_to_tokens(tokens[name]))
     tokenizer.padding_side = "left"
     return tokenizer
 
