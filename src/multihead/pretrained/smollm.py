@@ -200,8 +200,13 @@ def smollm2_tokenizer(path: Path, cached: Path, tokens: dict):
     """SmolLM2's tokenizer from the GGUF file's vocabulary and merges (through
     transformers), kept in ``cached`` after the first time, with the file's special tokens
     (``tokens``; transformers before 5 misreads some) and padding on the left. Shapes: none."""
-    from transformers import AutoTokenizer
-
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as err:
+        raise ModuleNotFoundError(
+            "SmolLM2's tokenizer needs transformers: `pip install transformers` (or install "
+            "this package with its extra, `pip install multihead[pretrained]`)"
+        ) from err
     if not (cached / "tokenizer.json").is_file():
         _gguf()  # a clear error first, if gguf is missing
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
