@@ -118,6 +118,11 @@ def test_a_missing_package_names_the_install_command(monkeypatch):
         smollm.load_smollm2()
 
 
+def test_a_bad_dtype_names_itself():
+    with pytest.raises(TypeError, match="dtype"):
+        smollm.load_smollm2(dtype="float32")
+
+
 def test_a_missing_reader_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf now fails
     with pytest.raises(ModuleNotFoundError, match="pip install gguf"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -181,6 +182,8 @@ def load_smollm2(*, device=None, dtype: torch.dtype = torch.float32):
 
     Shapes: model(tokens (batch, seq)) -> logits (batch, seq, 49152).
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype}")
     path = smollm2_file()
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     cached = cache_dir() / f"smollm2-{digest}-v{CACHE_FORMAT}.pt"
@@ -212,7 +215,12 @@ def smollm2_tokenizer(path: Path, cached: Path, tokens: dict):
     if not (cached / "tokenizer.json").is_file():
         _gguf()  # a clear error first, if gguf is missing
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        tokenizer.save_pretrained(cached)
+        tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.replace(cached)
+        except OSError:  # another process saved it first
+            shutil.rmtree(tmp, ignore_errors=True)
     tokenizer = AutoTokenizer.from_pretrained(cached)
     tokenizer.add_bos_token = tokens["add_bos"]
     for name in ("bos", "eos", "pad"):
