@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from multihead.core.config import TrainConfig
-from multihead.core.decoder import Decoder, convert_decoder
+from multihead.core.decoder import Decoder, SwiGLU, convert_decoder
 from multihead.core.hooks import run_with_cache
-from multihead.core.model import SwiGLU, count_parameters
+from multihead.core.model import count_parameters
 from multihead.core.positions import sinusoidal_positions
 from multihead.core.train import train
 from multihead.tasks.repeats import RepeatTask

@@ -41,7 +41,7 @@ from multihead._checks import (
     check_probability,
 )
 from multihead.core.hooks import HookPoint
-from multihead.core.model import FeedForward, SwiGLU, check_tokens, init_model
+from multihead.core.model import FeedForward, check_tokens, init_model
 from multihead.core.positions import sinusoidal_positions
 from multihead.core.sharing import (
     GroupedQueryAttention,
@@ -50,6 +50,19 @@ from multihead.core.sharing import (
 )
 
 POSITIONS = ("learned", "sinusoidal", "rotary", "none")
+
+
+class SwiGLU(nn.Module):
+    """The gated MLP of Llama-family models (Shazeer 2020), without biases:
+    ``down(silu(gate(x)) * up(x))``. Shapes: (batch, seq, d_model) -> (batch, seq, d_model)."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(d_model, d_ff, False), nn.Linear(d_model, d_ff, False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
 
 
 class Block(nn.Module):
@@ -104,7 +117,7 @@ class Decoder(nn.Module):
             a buffer, not trained), ``"rotary"`` (nothing added: every layer rotates its
             queries and keys, ``core.rotary``; grouped-query layers only) or ``"none"``.
         mlp: True gives each layer a GELU MLP, ``"swiglu"`` the gated MLP of Llama-family
-            models (``core.model.SwiGLU``); False makes an attention-only model.
+            models (``SwiGLU``); False makes an attention-only model.
         norm: True puts LayerNorm before each sublayer and before the read-out, ``"rms"``
             RMSNorm (Zhang and Sennrich 2019, no mean, no bias); False leaves none.
         norm_eps: the epsilon either norm adds to the variance.

@@ -39,19 +39,6 @@ class FeedForward(nn.Module):
         return self.fc2(self.drop(torch.nn.functional.gelu(self.fc1(x))))
 
 
-class SwiGLU(nn.Module):
-    """The gated MLP of Llama-family models (Shazeer 2020), without biases:
-    ``down(silu(gate(x)) * up(x))``. Shapes: (batch, seq, d_model) -> (batch, seq, d_model)."""
-
-    def __init__(self, d_model: int, d_ff: int) -> None:
-        super().__init__()
-        self.gate, self.up = nn.Linear(d_model, d_ff, False), nn.Linear(d_model, d_ff, False)
-        self.down = nn.Linear(d_ff, d_model, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
-
-
 class Layer(nn.Module):
     """One Transformer layer: self-attention, optional cross-attention, MLP.
 
