@@ -341,16 +341,10 @@ class Decoder(nn.Module):
 @torch.no_grad()
 def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Decoder:
     """A copy of a trained grouped-query ``decoder`` whose every layer has ``n_kv_heads``
-    key/value heads: each new head is the mean of the key/value heads of its group
-    (``how="mean"``, Ainslie et al. 2023) or the group's first (``how="first"``); see
-    ``regroup``. Everything else is copied; ``n_kv_heads`` must divide the query
-    heads, and the conversion is exact when it equals them.
-
-    Shapes: none (returns a model computing (batch, seq) -> (batch, seq, vocab_size)).
-    """
+    key/value heads, pooled by ``regroup`` (``how="mean"`` or ``"first"``); exact when
+    ``n_kv_heads`` equals the query heads. Shapes: none (a model (batch, seq) -> logits)."""
     if not isinstance(decoder, Decoder):
         raise TypeError(f"decoder must be a Decoder, got {type(decoder).__name__}")
-    check_choice("how", how, ("mean", "first"))
     if not all(isinstance(layer.attn, GroupedQueryAttention) for layer in decoder.layers):
         raise TypeError("decoder must have grouped-query layers, not latent attention")
     new = copy.deepcopy(decoder)
@@ -363,20 +357,14 @@ def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Dec
 def regroup(
     gqa: GroupedQueryAttention, n_kv_heads: int, how: str = "mean"
 ) -> GroupedQueryAttention:
-    """A copy of ``gqa`` with ``n_kv_heads`` key/value heads. Each new group of consecutive
-    query heads gets the mean (``how="mean"``, the mean pooling of Ainslie et al. 2023) or the
-    first (``how="first"``) of the key/value heads its query heads read: ``W_K``, ``W_V``,
-    ``b_K``, ``b_V`` change, everything else (``W_Q``, ``W_O``, rotary positions,
-    ``materialize``, ``head_mask``) is copied. With as many heads as before it computes the
-    same; with more, a head is copied into each new group it serves.
-
-    Shapes: none (returns a module computing (batch, seq, d_model) -> same).
-    """
+    """A copy of ``gqa`` whose ``n_kv_heads`` key/value heads are, per group of consecutive
+    query heads, the mean (``how="mean"``, Ainslie et al. 2023) or the first (``"first"``) of
+    the heads those queries read; the rest (``W_Q``, ``W_O``, rotary, ``materialize``) is
+    copied. Exact with as many heads as before. Shapes: none (a module, x -> like x)."""
     if not isinstance(gqa, GroupedQueryAttention):
         raise TypeError(f"gqa must be a GroupedQueryAttention, got {type(gqa).__name__}")
-    check_positive_int("n_kv_heads", n_kv_heads)
     check_choice("how", how, ("mean", "first"))
-    if gqa.n_heads % n_kv_heads:
+    if gqa.n_heads % check_positive_int("n_kv_heads", n_kv_heads):
         raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={gqa.n_heads}")
     new = copy.deepcopy(gqa)
     new.n_kv_heads = n_kv_heads
