@@ -4,6 +4,8 @@ a tiny random Llama (quick tier, no file) and SmolLM2-135M from the ``llm-smollm
 and 200 tokens and a left-padded batch, and greedy decoding with the cache gives the same
 tokens as transformers' ``generate``."""
 
+import sys
+
 import pytest
 import torch
 
@@ -116,6 +118,20 @@ def test_a_missing_package_names_the_install_command(monkeypatch):
         smollm.load_smollm2()
 
 
+def test_a_bad_dtype_names_itself():
+    with pytest.raises(TypeError, match="dtype"):
+        smollm.load_smollm2(dtype="float32")
+
+
+def test_a_missing_reader_names_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf now fails
+    with pytest.raises(ModuleNotFoundError, match="pip install gguf"):
+        smollm.read_gguf(tmp_path / "any.gguf")
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ModuleNotFoundError, match="pip install transformers"):
+        smollm.smollm2_tokenizer(tmp_path, tmp_path, {})
+
+
 def test_a_llama_with_features_decoder_lacks_is_refused(tiny):
     _, theirs = tiny
     config = theirs.config.__class__(**{**theirs.config.to_dict(), "attention_bias": True})
@@ -161,3 +177,15 @@ def test_smollm2_greedy_decoding_matches_transformers_generate(smollm2):
     for (a, b), text in zip(greedy(ours, theirs, prompts, 32), texts, strict=True):
         assert torch.equal(a, b), (text, tokenizer.decode(a[0]), tokenizer.decode(b[0]))
     assert "Paris" in tokenizer.decode(ours.generate(prompts[0], 3)[0])
+
+
+@pytest.mark.slow
+def test_smollm2_tokenizer_follows_the_gguf_file(smollm2):
+    # no BOS token, <|im_end|> (2) ends and pads, padding on the left: what the file says,
+    # whichever transformers version built the tokenizer
+    _, _, tokenizer = smollm2
+    assert tokenizer("The capital of France is").input_ids == [504, 3575, 282, 4649, 314]
+    batch = tokenizer(["a b", "The capital of"], padding=True)
+    assert batch.input_ids == [[2, 81, 278], [504, 3575, 282]]
+    assert batch.attention_mask == [[0, 1, 1], [1, 1, 1]]
+    assert tokenizer.eos_token_id == tokenizer.pad_token_id == 2

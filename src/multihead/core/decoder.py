@@ -96,7 +96,7 @@ class Decoder(nn.Module):
             a buffer, not trained), ``"rotary"`` (nothing added: every layer rotates its
             queries and keys, ``core.rotary``; grouped-query layers only) or ``"none"``.
         mlp: True gives each layer a GELU MLP, ``"swiglu"`` the gated MLP of Llama-family
-            models (``core.model.SwiGLU``); False makes an attention-only model.
+            models (``SwiGLU``); False makes an attention-only model.
         norm: True puts LayerNorm before each sublayer and before the read-out, ``"rms"``
             RMSNorm (Zhang and Sennrich 2019, no mean, no bias); False leaves none.
         norm_eps: the epsilon either norm adds to the variance.

