@@ -192,6 +192,11 @@ def test_a_correlation_is_judged_by_its_interval_and_shows_its_chance_band():
     tight = per_seed([0.95, 0.99, 0.7, 0.98, 0.9], claimed="higher", correlation=True)
     plain = per_seed([0.95, 0.99, 0.7, 0.98, 0.9], claimed="higher")
     assert tight.high < 1 < plain.high
+    # a seed whose two rankings agree exactly (r = 1) counts as a very high correlation, not
+    # an infinite one that would spread the interval over most of (-1, 1)
+    exact = per_seed([0.81, 0.86, 0.93, 1.0, 0.88], claimed="higher", correlation=True)
+    assert 0.5 < exact.low < exact.estimate < exact.high < 1
+    assert judge(exact, minimal=0.3).word == "reproduced"
 
 
 # ---- several conditions ---------------------------------------------------------------

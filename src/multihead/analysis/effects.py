@@ -17,9 +17,10 @@ independent sources of noise add up: the seeds (another training run) and the ex
 per-example means, with Student's t and Welch-Satterthwaite degrees of freedom. Where each
 seed has its own examples, or the statistic is one number per seed, the per-seed values
 already hold the example noise: the t-interval over seeds (``K - 1`` degrees of freedom). A
-correlation's interval is that t-interval on Fisher's ``atanh`` of the per-seed values,
-mapped back, so it stays inside (-1, 1). Why t rather than a bootstrap: over 3 to 5 seeds a
-bootstrap only ever sees the seeds it has and comes out too narrow.
+correlation's interval is that t-interval on Fisher's ``atanh`` of the per-seed values, mapped
+back, so it stays inside (-1, 1); a seed at exactly +-1 counts as tanh 3 = 0.995, not infinity.
+Why t rather than a bootstrap: over 3 to 5 seeds a bootstrap only ever sees the seeds it has
+and comes out too narrow.
 
 **Seed sets.** An effect keeps, per seed set (one run of a notebook: its seeds and the test
 examples they share), what pooling needs: each seed's value, the example-noise term
@@ -51,7 +52,7 @@ from multihead.analysis.intervals import LEVEL, clopper_pearson, find_split, t_q
 
 MIN_SEEDS = 3
 KINDS = ("mean", "correlation", "share")
-_EDGE = 1 - 1e-9  # |r| at most this before atanh
+_EDGE = math.tanh(3.0)  # a rank correlation of few heads is often +-1 (at 1 - 1e-9 it swamped)
 
 
 @dataclass(frozen=True)
