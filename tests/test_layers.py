@@ -30,7 +30,6 @@ ALLOWED = {
 # rule.)
 SUPPORT = {"_checks", "tasks.lexicon", "exercises._common", "core.cache", "core.init"}
 SUPPORT |= {"viz.claims"}  # the claims page's verdicts, for the notebooks to adopt
-SUPPORT |= {"pretrained.smollm"}  # SmolLM2 in the course's Decoder, for a chapter to come
 
 
 def _modules(pkg: Path = PKG) -> dict[str, Path]:
