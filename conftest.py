@@ -18,11 +18,13 @@ import pytest
 # The order the work is handed out in (pytest-xdist gives each free worker the next group).
 # Longest first, so that no long notebook starts last and keeps one worker busy alone; and
 # notebook 05 before 06 and 07, which load its trained models from the shared checkpoint
-# cache: started together, both workers would train the same models. The book's group
+# cache: started together, both workers would train the same models. Notebook 12 runs a
+# 135M-parameter model, the longest in fast mode after 05. The book's group
 # ("book") builds three editions in subprocesses. Notebooks not named here, then the unit
 # tests, come after, and fill the gaps as workers free up.
 ORDER = (
     "05_head_roles",
+    "12_decoder_heads",
     "book",
     "04_talking_heads",
     "09_pretrained_heads",

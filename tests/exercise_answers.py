@@ -344,3 +344,34 @@ def build_induction(vocab_size, seq_len, beta=20.0, gamma=20.0):
         a1.W_O[0, :V, out] = torch.eye(V)
         model.unembed.weight[:, out] = torch.eye(V)
     return model
+
+
+# Chapter 12
+
+
+def smollm2_cache_bytes():
+    return 2 * 30 * 3 * 64 * 2 * 8192  # keys and values, layers, key/value heads, size, bytes
+
+
+def find_induction_heads(patterns, segment, threshold=0.5):
+    q = torch.arange(segment, 2 * segment)  # the second copy's queries
+    score = patterns[..., q, q - segment + 1].mean(-1).mean(1)  # (layers, heads)
+    return [tuple(x) for x in (score > threshold).nonzero().tolist()]
+
+
+def mean_pool_kv(W, new_kv):
+    n_kv = W.shape[0]
+    if new_kv < 1 or n_kv % new_kv:
+        raise ValueError(f"new_kv={new_kv} must divide the {n_kv} key/value heads")
+    return W.view(new_kv, n_kv // new_kv, *W.shape[1:]).mean(1)
+
+
+def head_needed_rank(scores, tol):
+    n = scores.shape[-1]
+    block = scores[n // 2 :, : n // 2].double()  # every query sees every key here
+    block = block - block.mean(-1, keepdim=True)
+    U, S, Vh = torch.linalg.svd(block)
+    for r in range(len(S) + 1):
+        if (block - (U[:, :r] * S[:r]) @ Vh[:r]).abs().max() <= tol:
+            return r
+    return len(S)

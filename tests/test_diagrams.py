@@ -82,8 +82,8 @@ def test_mask_picture_has_the_package_polarity_and_torchs():
 
 def test_chapter_graph_points_forward_and_reaches_every_chapter():
     nodes, edges = diagrams.CHAPTER_NODES, diagrams.CHAPTER_EDGES
-    assert {str(i) for i in range(1, 12)} | {"P"} == set(nodes)
-    rank = {str(i): float(i) for i in range(1, 12)} | {"P": 4.5}  # the primer sits before 5
+    assert {str(i) for i in range(1, 13)} | {"P"} == set(nodes)
+    rank = {str(i): float(i) for i in range(1, 13)} | {"P": 4.5}  # the primer sits before 5
     assert all(a in nodes and b in nodes and rank[a] < rank[b] for a, b in edges)
     assert {b for _, b in edges} == set(nodes) - {"1"}, "every chapter but 1 builds on one"
     assert ("1", "P") in edges and ("P", "5") in edges

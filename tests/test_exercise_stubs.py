@@ -118,7 +118,7 @@ def test_every_coding_exercise_has_a_tagged_and_titled_stub(notebook):
 
 def test_every_exercise_on_every_page_has_a_difficulty_and_time_tag():
     pages = sorted((ROOT / "book").glob("[0-9][0-9]*_*.md"))
-    assert len(pages) == 12  # eleven chapters and the primer
+    assert len(pages) == 13  # twelve chapters and the primer
     for page in pages:
         found = page_exercises(page)
         assert len(found) >= 3, page.name

@@ -10,11 +10,14 @@ import sys
 
 import exercise_answers as answers
 import pytest
+import torch
 
 from multihead import exercises as ex
+from multihead.analysis.circuits import induction_score
 from multihead.analysis.cost import attention_cost, kv_cache_bytes
 from multihead.analysis.diversity import distinctness, js_logit_bound, logit_gap
 from multihead.analysis.diversity import within_layer_spread as spread
+from multihead.analysis.headrank import needed_rank, visible_block
 from multihead.analysis.lowrank import min_key_size, realize
 from multihead.analysis.metrics import classical_mds, head_confidence, js_divergence
 from multihead.core.attention import MultiHeadAttention, attention_pattern, blocked
@@ -65,6 +68,16 @@ WRAPPERS = [  # (checker, a one-line wrapper of the package's answer, the name r
     (ex.check_llama3_cache_bytes,
      lambda: kv_cache_bytes(n_layers=32, n_kv_heads=8, d_head=128, n_tokens=8192),
      "analysis.cost.kv_cache_bytes"),
+    (ex.check_smollm2_cache_bytes,
+     lambda: kv_cache_bytes(n_layers=30, n_kv_heads=3, d_head=64, n_tokens=8192),
+     "analysis.cost.kv_cache_bytes"),
+    (ex.check_find_induction_heads,
+     lambda p, s, threshold=0.5: [tuple(x) for x in (torch.stack(
+         [induction_score(layer, s) for layer in p]).mean(1) > threshold).nonzero().tolist()],
+     "analysis.circuits.induction_score"),
+    (ex.check_head_needed_rank,
+     lambda s, tol: int(needed_rank(visible_block(s), [tol])[0]),
+     "analysis.headrank.visible_block"),
 ]  # fmt: skip
 
 

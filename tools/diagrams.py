@@ -189,12 +189,13 @@ CHAPTER_NODES = {
     "9": ("9", "The heads of a real\npretrained Transformer", "V"),
     "10": ("10", "Sharing keys\nand values", "VI"),
     "11": ("11", "Heads in a decoder\nas circuits", "VI"),
+    "12": ("12", "The heads of a\nreal decoder", "VI"),
 }
 # (earlier, later): the later chapter uses what the earlier one teaches
 CHAPTER_EDGES = [
     ("1", "2"), ("1", "3"), ("3", "4"), ("1", "P"), ("P", "5"), ("2", "6"), ("5", "6"),
     ("5", "7"), ("6", "8"), ("7", "8"), ("5", "9"), ("6", "9"), ("7", "9"), ("4", "10"),
-    ("10", "11"),
+    ("10", "11"), ("9", "12"), ("11", "12"),
 ]  # fmt: skip
 
 
@@ -208,6 +209,7 @@ def chapter_dependencies() -> Figure:
         "1": (3.9, 6.9), "2": (1.35, 5.4), "3": (3.9, 5.4), "P": (6.45, 5.4),
         "4": (3.9, 3.9), "5": (6.45, 3.9), "6": (1.35, 2.4), "7": (5.15, 2.4),
         "8": (1.35, 0.9), "9": (6.45, 0.9), "10": (3.9, 0.9), "11": (3.9, 0.9 - lift),
+        "12": (6.45, 0.9 - lift),
     }  # fmt: skip
     pos = {key: (x, y + lift) for key, (x, y) in pos.items()}
     parts = {

@@ -102,6 +102,12 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
         "analysis.verdict", "interventions.patching", "viz.claims", "viz.glue", "viz.headview",
         "exercises",
     ),
+    "12_decoder_heads": (
+        "core.convert", "core.runtime", "analysis.circuits", "analysis.cost",
+        "analysis.diversity", "analysis.headrank", "analysis.metrics", "analysis.verdict",
+        "interventions.patching", "interventions.pruning", "pretrained.smollm",
+        "pretrained.smollm_heads", "viz.claims", "viz.glue", "exercises",
+    ),
 }  # fmt: skip
 
 __all__ = [

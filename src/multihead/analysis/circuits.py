@@ -94,6 +94,70 @@ def induction_score(pattern: Tensor, segment: int | Tensor, prefix: int | Tensor
     return diagonal[..., prefix + 1 : prefix + segment + 1].mean(dim=-1)
 
 
+def duplicate_token_score(pattern: Tensor, segment: int, prefix: int = 0) -> Tensor:
+    """On a sequence of ``prefix`` tokens, then a segment, then the same segment again: the
+    mean weight each query ``i`` of the second copy puts on key ``i - segment``, the earlier
+    copy of its own token (a *duplicate-token head*; the induction head looks one further).
+
+    Shapes: pattern (..., n, n) with n >= prefix + 2 * segment -> (...).
+    """
+    p = _square(pattern)
+    check_positive_int("segment", segment)
+    check_int("prefix", prefix, 0)
+    if p.shape[-1] < prefix + 2 * segment:
+        raise ValueError(
+            f"pattern covers {p.shape[-1]} tokens, fewer than prefix + 2 * segment = "
+            f"{prefix + 2 * segment}; pass the segment and prefix of the repeated sequence"
+        )
+    # diagonal entry j is (query j + segment, key j); the keys of the first copy
+    diagonal = p.diagonal(offset=-segment, dim1=-2, dim2=-1)
+    return diagonal[..., prefix : prefix + segment].mean(dim=-1)
+
+
+def first_token_score(pattern: Tensor) -> Tensor:
+    """Mean weight each query ``i = 1 .. n - 1`` puts on key 0, the first token of the
+    sequence (an attention *sink* when large; query 0 has no other key and is left out).
+
+    Shapes: pattern (..., n, n) -> (...).
+    """
+    return _square(pattern)[..., 1:, 0].mean(dim=-1)
+
+
+def uniform_causal_share(n: int) -> float:
+    """What a causal head that spreads its weight evenly puts on one given earlier key (the
+    first token, or the previous one), averaged over the queries ``i = 1 .. n - 1``:
+    ``mean 1 / (i + 1)``, the chance level of ``first_token_score`` and
+    ``previous_token_score``.
+
+    Shapes: none.
+    """
+    check_int("n", n, 2)
+    return sum(1.0 / (i + 1) for i in range(1, n)) / (n - 1)
+
+
+def copy_scores(logits: Tensor, tokens: Tensor, segment: int, prefix: int = 0) -> dict[str, Tensor]:
+    """How well a model continues the second copy of a repeated segment: at every position of
+    the second copy that predicts a token of the second copy, the loss (nats) and whether the
+    top logit is the right token, averaged per sequence.
+
+    Shapes: logits (batch, n, vocab), tokens (batch, n) -> {"loss", "accuracy"}: (batch,).
+    """
+    check_tensor("logits", logits, ndim=3, layout="(batch, n, vocab)")
+    check_int_tensor("tokens", tokens, ndim=2, lo=0, hi=logits.shape[-1], layout="(batch, n)")
+    check_positive_int("segment", segment)
+    check_int("prefix", prefix, 0)
+    if tokens.shape != logits.shape[:2] or tokens.shape[1] < prefix + 2 * segment:
+        raise ValueError(
+            f"tokens {tuple(tokens.shape)} must match logits {tuple(logits.shape[:2])} and hold "
+            f"prefix + 2 * segment = {prefix + 2 * segment} tokens"
+        )
+    at = torch.arange(prefix + segment, prefix + 2 * segment - 1, device=logits.device)
+    pred, target = logits[:, at].float(), tokens[:, at + 1]  # (batch, segment - 1, vocab)
+    loss = torch.nn.functional.cross_entropy(pred.transpose(1, 2), target, reduction="none")
+    right = (pred.argmax(-1) == target).float()
+    return {"loss": loss.mean(-1), "accuracy": right.mean(-1)}
+
+
 def _per_head(name: str, W: Tensor, heads: int) -> Tensor:
     """``W`` (kv_heads, ...) repeated so that head ``h`` finds its key/value head at ``h``."""
     if heads % W.shape[0]:

@@ -11,7 +11,9 @@ study across layers needs:
   the ``(layers * heads, layers * heads)`` matrix of all pairs (for an MDS picture);
 * the *spread* of a layer (mean and standard deviation of its pairwise distances) and each
   head's *distinctness* (its mean distance to the other heads of its layer);
-* the logit-gap bound of the chapter, which says how far apart two heads can be at all.
+* the logit-gap bound of the chapter, which says how far apart two heads can be at all;
+* the *contrast* of groups of heads (the query heads that share a key/value head) against
+  heads of different groups, with its level for random groupings.
 
 Pure functions of tensors: no model access, no printing.
 """
@@ -23,7 +25,13 @@ import math
 import torch
 from torch import Tensor
 
-from multihead._checks import check_bool, check_bool_mask, check_pattern, check_tensor
+from multihead._checks import (
+    check_bool,
+    check_bool_mask,
+    check_pattern,
+    check_positive_int,
+    check_tensor,
+)
 from multihead.analysis.metrics import js_divergence
 
 
@@ -198,3 +206,54 @@ def js_ratio_bound(gap: Tensor | float) -> Tensor:
     g = _check_gap(gap)
     e = torch.expm1(g)  # e^gap - 1, accurate for a small gap
     return e * e / (2 * (e + 2))
+
+
+def group_contrast(
+    distances: Tensor, group_size: int, *, draws: int = 100, seed: int = 0
+) -> dict[str, Tensor]:
+    """How much closer the heads of a group are than heads of different groups: with the
+    heads in consecutive groups of ``group_size`` (the query heads that share a key/value
+    head), the mean distance of two heads of one group (``within``), of two heads of
+    different groups (``across``), the *contrast* ``1 - within / across`` (0 when groups are
+    no closer than any two heads, 1 when the heads of a group are identical), and its
+    *chance* level: the mean contrast of ``draws`` random groupings of the same heads into
+    groups of the same size (drawn from ``seed``). Heads that are all identical get 0.
+
+    Shapes: distances (..., heads, heads) -> {"within", "across", "contrast", "chance"}: (...).
+    """
+    check_tensor("distances", distances, min_ndim=2, layout="(..., heads, heads)")
+    heads = distances.shape[-1]
+    if distances.shape[-2] != heads:
+        raise ValueError(f"distances must be square in its last two dims, got {distances.shape}")
+    check_positive_int("group_size", group_size)
+    if group_size < 2 or heads % group_size or heads // group_size < 2:
+        raise ValueError(
+            f"group_size={group_size} must split the {heads} heads into at least 2 groups of at "
+            "least 2 heads (n_heads // n_kv_heads for grouped-query attention)"
+        )
+    check_positive_int("draws", draws)
+    d = distances.double()
+    off = ~torch.eye(heads, dtype=torch.bool, device=d.device)
+
+    def contrast_of(labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        same = labels[:, None] == labels[None, :]  # (heads, heads)
+        within = (d * (same & off)).sum((-2, -1)) / (same & off).sum()
+        across = (d * ~same).sum((-2, -1)) / (~same).sum()
+        safe = torch.where(across > 0, across, torch.ones_like(across))
+        return (
+            within,
+            across,
+            torch.where(across > 0, 1 - within / safe, torch.zeros_like(d[..., 0, 0])),
+        )
+
+    labels = torch.arange(heads, device=d.device) // group_size  # consecutive groups
+    within, across, contrast = contrast_of(labels)
+    g = torch.Generator().manual_seed(seed)
+    chance = torch.stack(
+        [
+            contrast_of(labels[torch.randperm(heads, generator=g).to(d.device)])[2]
+            for _ in range(draws)
+        ]
+    ).mean(0)
+    out = {"within": within, "across": across, "contrast": contrast, "chance": chance}
+    return {k: v.to(distances.dtype) for k, v in out.items()}

@@ -11,7 +11,7 @@ patches one head's output at a time, ``patch_positions`` the residual stream at 
 position at a time. *Ablation* (``ablate_heads``) replaces one head's output by its mean over
 the batch and positions, or by zero, and reports the metric; ``ablated`` does it for a set of
 heads at once, and ``first_order_ablation`` estimates zero ablation of every head from one
-backward pass.
+backward pass; ``first_order_patching`` estimates every head's patch the same way.
 
 Everything goes through the package's hooks (``run_with_cache``, ``run_with_hooks``). A head's
 output is the hook point ``z`` of its attention module, ``(batch, heads, seq, d_head)``, taken
@@ -106,9 +106,10 @@ def _evaluating(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _recovered(model, clean, corrupted, metric, paths, units, replace) -> Tensor:
-    """Patch each ``(layer, unit)`` of the corrupted run with ``replace(value, clean value,
-    unit)`` and return the fraction of the metric recovered. Shapes: -> (layers, units)."""
+def _recovered(model, clean, corrupted, metric, paths, units, replace, only=None) -> Tensor:
+    """Patch each ``(layer, unit)`` of the corrupted run (those in ``only``, if given; the
+    others are nan) with ``replace(value, clean value, unit)`` and return the fraction of
+    the metric recovered. Shapes: -> (layers, units)."""
     _inputs(clean, corrupted)
     check_callable("metric", metric, "metric(logits) -> scalar tensor")
     with _evaluating(model):
@@ -125,8 +126,12 @@ def _recovered(model, clean, corrupted, metric, paths, units, replace) -> Tensor
         if len(sizes) > 1:
             raise ValueError(f"the layers at {paths} differ in size ({sorted(sizes)})")
         out = torch.zeros(len(paths), sizes.pop())
+        if only is not None:
+            out.fill_(float("nan"))
         for layer, path in enumerate(paths):
             for unit in range(out.shape[1]):
+                if only is not None and (layer, unit) not in only:
+                    continue
 
                 def patch(value: Tensor, _name: str, unit=unit, path=path) -> Tensor:
                     return replace(value.clone(), cache[path], unit)
@@ -145,10 +150,13 @@ def patch_heads(
     layers_path: str = "layers.{}.attn",
     hook: str = "z",
     positions: Sequence[int] | Tensor | None = None,
+    heads: Sequence[tuple[int, int]] | None = None,
 ) -> Tensor:
     """For each head, the fraction of ``metric`` recovered when its output in the corrupted
     run is replaced by its output in the clean run (at ``positions`` only, if given):
-    ``(m_patched - m_corrupted) / (m_clean - m_corrupted)``.
+    ``(m_patched - m_corrupted) / (m_clean - m_corrupted)``. ``heads``: patch only these
+    ``(layer, head)`` pairs (one run each; the other entries are nan), e.g. to check a
+    cheaper estimate (``first_order_patching``) on a sample of a large model's heads.
 
     ``hook`` names a per-head hook point of the module at ``layers_path.format(layer)``,
     shaped ``(batch, heads, seq, d)``: ``z`` (each head's output before ``W_O``) by default.
@@ -166,7 +174,25 @@ def patch_heads(
         value[:, head, at] = clean_value[:, head, at]  # (batch, n, d)
         return value
 
-    return _recovered(model, clean, corrupted, metric, paths, lambda z: z.shape[1], replace)
+    only = None if heads is None else _head_pairs(heads, len(paths))
+    return _recovered(model, clean, corrupted, metric, paths, lambda z: z.shape[1], replace, only)
+
+
+def _head_pairs(heads: object, n_layers: int) -> set[tuple[int, int]]:
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence) or not heads:
+        raise TypeError(f"heads must be a non-empty list of (layer, head) pairs, got {heads!r}")
+    pairs = set()
+    for pair in heads:
+        if (
+            not isinstance(pair, (tuple, list))
+            or len(pair) != 2
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)
+        ):
+            raise TypeError(f"heads must hold (layer, head) pairs of ints, got {pair!r}")
+        if not 0 <= pair[0] < n_layers or pair[1] < 0:
+            raise ValueError(f"heads holds {tuple(pair)}; layers run from 0 to {n_layers - 1}")
+        pairs.add((pair[0], pair[1]))
+    return pairs
 
 
 def patch_positions(
@@ -291,20 +317,27 @@ def first_order_ablation(
     *,
     layers_path: str = "layers.{}.attn",
     hook: str = "z",
+    means: dict[str, Tensor] | None = None,
 ) -> Tensor:
     """The first-order estimate of how ``metric`` changes when each head's output is set to
     zero (zero ablation), from one backward pass: ``-sum <z, d metric / d z>`` over the batch,
     positions and dimensions of the head's output ``z`` (attribution patching with zero as the
-    corrupted value). Chapter 7's importance score differs: it takes the absolute value per
-    example before averaging (``pruning.head_importance``). The caller's gradients
-    (``.grad``) are left as they were.
+    corrupted value); with ``means`` (from ``head_means``), when it is set to its mean (mean
+    ablation): ``sum <mean - z, d metric / d z>``. Chapter 7's importance score differs: it
+    takes the absolute value per example before averaging (``pruning.head_importance``). The
+    caller's gradients (``.grad``) are left as they were.
 
-    Shapes: tokens (batch, seq) -> (layers, heads).
+    Shapes: tokens (batch, seq), means {hook path: (heads, d)} -> (layers, heads).
     """
     if not isinstance(tokens, Tensor):
         raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
     check_callable("metric", metric, "metric(logits) -> scalar tensor")
     paths = _head_paths(model, layers_path, hook)
+    if means is not None and (not isinstance(means, dict) or set(paths) - set(means)):
+        raise ValueError(
+            f"means must hold a (heads, d) mean for every hook path {paths[0]!r}, ...; compute "
+            "them with head_means(model, tokens)"
+        )
     kept: dict[str, Tensor] = {}
 
     def keep(z: Tensor, name: str) -> None:
@@ -321,5 +354,63 @@ def first_order_ablation(
             grads = torch.autograd.grad(value.reshape(()), [kept[p] for p in paths])
     finally:
         model.train(was_training)
-    rows = [-(kept[p] * g).sum(dim=(0, 2, 3)) for p, g in zip(paths, grads, strict=True)]
+    rows = []
+    for p, g in zip(paths, grads, strict=True):
+        z = kept[p].detach()  # (batch, heads, seq, d)
+        target = torch.zeros_like(z) if means is None else means[p][None, :, None].to(z)
+        rows.append(((target - z) * g).sum(dim=(0, 2, 3)))
     return torch.stack(rows).detach()  # (layers, heads)
+
+
+def first_order_patching(
+    model: nn.Module,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    *,
+    layers_path: str = "layers.{}.attn",
+    hook: str = "z",
+) -> Tensor:
+    """The first-order estimate of ``patch_heads`` for every head from one backward pass
+    (*attribution patching*): the metric's change when head ``h``'s output moves from its
+    corrupted to its clean value is about ``<z_clean - z_corrupted, d metric / d z>`` at the
+    corrupted run (summed over the batch, positions and dimensions), divided by
+    ``m_clean - m_corrupted`` as the exact fraction is. Exact where the metric is linear in
+    the head's output; check it against ``patch_heads(..., heads=...)`` on a sample.
+
+    Shapes: clean, corrupted (batch, seq) -> (layers, heads).
+    """
+    _inputs(clean, corrupted)
+    check_callable("metric", metric, "metric(logits) -> scalar tensor")
+    paths = _head_paths(model, layers_path, hook)
+    kept: dict[str, Tensor] = {}
+
+    def keep(z: Tensor, name: str) -> None:
+        kept[name] = z
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits, cache = run_with_cache(model, clean, names_filter=paths)
+            m_clean = _value(metric, logits)
+        with torch.enable_grad():
+            value = metric(run_with_hooks(model, corrupted, fwd_hooks=[(p, keep) for p in paths]))
+            if not isinstance(value, Tensor) or value.numel() != 1:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise TypeError(f"metric must return a scalar tensor, got {got}")
+            grads = torch.autograd.grad(value.reshape(()), [kept[p] for p in paths])
+    finally:
+        model.train(was_training)
+    m_corrupted = float(value.detach())
+    gap = m_clean - m_corrupted
+    if not abs(gap) > 1e-6 * max(abs(m_clean), abs(m_corrupted)):
+        raise ValueError(
+            "clean and corrupted give the same metric: there is nothing to recover; choose a "
+            "corrupted input (or a metric) on which the model behaves differently"
+        )
+    rows = [
+        ((cache[p] - kept[p].detach()) * g).sum(dim=(0, 2, 3)) / gap
+        for p, g in zip(paths, grads, strict=True)
+    ]
+    return torch.stack(rows).detach().cpu()  # (layers, heads)

@@ -170,6 +170,7 @@ def iterative_pruning(
     *,
     fraction_per_step: float = 0.1,
     seed: int = 0,
+    until: float = 1.0,
 ) -> PruningCurve:
     """Prune heads in steps of ``fraction_per_step`` of all heads and score each step.
 
@@ -179,7 +180,8 @@ def iterative_pruning(
     ``score=None`` the order is random, drawn once from ``seed``.
 
     The last kept head of a module is never pruned (a module with no head would pass only
-    its bias), so the curve ends when every module has one head left. Each point records
+    its bias), so the curve ends when every module has one head left, or once at least
+    ``until`` of all heads are pruned (a share in (0, 1]). Each point records
     ``evaluate(model)`` (a dict of floats) for the masked model. The model's own masks are
     restored afterwards.
 
@@ -191,6 +193,7 @@ def iterative_pruning(
         check_callable("score", score, "score(model) -> {path: (heads,)}")
     step = check_number("fraction_per_step", fraction_per_step, 0, 1, "(]")
     check_int("seed", seed)
+    until = check_number("until", until, 0, 1, "(]")
     masks = full_masks(model)
     total = sum(int(m.numel()) for m in masks.values())
     per_step = max(1, round(step * total))
@@ -209,7 +212,7 @@ def iterative_pruning(
     was_training = model.training
     try:
         record()
-        while True:
+        while curve.fraction[-1] < until - 1e-12:
             if score is None:
                 key = {heads[i]: rank for rank, i in enumerate(ranking)}
             else:
