@@ -271,6 +271,14 @@ def test_competence_before_verdict():
     # several checks: any that fails decides
     v2 = judge(e, minimal=0.1, competence=[ok, learned])
     assert v2.word == NOT_AT_THIS_SCALE and "1 of 5" in v2.reason
+    # one model, many text windows: the reason counts windows, and pooling keeps the unit
+    read = competence("the model reads it", [4.0, 5.0, 3.0], measure="loss", at_most=4.6,
+                      unit="window")  # fmt: skip
+    w = judge(per_seed([0.2, 0.3, 0.25], claimed="higher"), minimal=0.1, competence=read)
+    assert w.reason == "the model reads it on 2 of 3 windows (loss at most 4.6)"
+    assert pool([w.record(), w.record()]).reason.endswith("on 4 of 6 windows (loss at most 4.6)")
+    with pytest.raises(ValueError, match="unit"):
+        competence("it", [1.0], measure="m", at_least=0.5, unit=" ")
 
 
 # ---- seeds that split -----------------------------------------------------------------

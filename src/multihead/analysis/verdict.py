@@ -160,6 +160,7 @@ class Competence:
     higher: bool
     values: tuple[float, ...]
     ids: tuple[int, ...] | None = None
+    unit: str = "seed"  # what one value is measured on: a seed, a text window, a fold
 
     @property
     def passed(self) -> tuple[bool, ...]:
@@ -173,7 +174,7 @@ class Competence:
     def reason(self) -> str:
         side = "at least" if self.higher else "at most"
         return (
-            f"{self.task} on {sum(self.passed)} of {len(self.values)} seeds "
+            f"{self.task} on {sum(self.passed)} of {len(self.values)} {self.unit}s "
             f"({self.measure} {side} {self.threshold:g})"
         )
 
@@ -185,10 +186,12 @@ def competence(
     measure: str,
     at_least: float | None = None,
     at_most: float | None = None,
+    unit: str = "seed",
 ) -> Competence:
     """A competence check: ``values`` (one per seed) of ``measure`` must be ``at_least`` or
     ``at_most`` a threshold fixed from the task; ``task`` says what passing means ("the
-    baseline learned the lookup").
+    baseline learned the lookup"); ``unit`` names what a value is measured on where it is not
+    a seed ("window", "fold").
 
     Shapes: values (seeds,) -> Competence.
     """
@@ -201,7 +204,9 @@ def competence(
     if not vals:
         raise ValueError("values must hold one number per seed")
     threshold = check_number("threshold", at_least if at_least is not None else at_most)
-    return Competence(task, measure, threshold, at_least is not None, vals)
+    if not isinstance(unit, str) or not unit.strip():
+        raise ValueError(f"unit must be a non-empty str such as 'seed' or 'window', got {unit!r}")
+    return Competence(task, measure, threshold, at_least is not None, vals, unit=unit)
 
 
 @dataclass(frozen=True)
@@ -399,6 +404,7 @@ def pool(records: Sequence[dict]) -> Verdict:
                 c["higher"],
                 tuple(x for p in parts for x in p["values"]),
                 tuple(ids) if len(ids) == effect.seeds else None,
+                c.get("unit", "seed"),
             )
         )
     return judge(effect, minimal=first["minimal"], margin=first["margin"], competence=checks)
