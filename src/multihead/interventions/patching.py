@@ -7,7 +7,8 @@ a ``clean`` input, and measures how much of the clean behaviour comes back:
 
 for a scalar ``metric(logits)`` (a logit difference, the loss on some targets, ...): 1 when the
 patched activation alone restores the clean metric, 0 when it changes nothing. ``patch_heads``
-patches one head's output at a time, ``patch_positions`` the residual stream at one layer and
+patches one head's output at a time, ``patch_set`` a set of heads together (heads that share a
+job each recover part of it alone), ``patch_positions`` the residual stream at one layer and
 position at a time. *Ablation* (``ablate_heads``) replaces one head's output by its mean over
 the batch and positions, or by zero, and reports the metric; ``ablated`` does it for a set of
 heads at once, and ``first_order_ablation`` estimates zero ablation of every head from one
@@ -106,21 +107,27 @@ def _evaluating(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def _both_runs(model, clean, corrupted, metric, paths) -> tuple[dict, float, float]:
+    """The clean run's cache at ``paths``, the corrupted metric and the gap between them."""
+    _inputs(clean, corrupted)
+    check_callable("metric", metric, "metric(logits) -> scalar tensor")
+    logits, cache = run_with_cache(model, clean, names_filter=paths)
+    m_clean, m_corrupted = _value(metric, logits), _value(metric, model(corrupted))
+    gap = m_clean - m_corrupted
+    if not abs(gap) > 1e-6 * max(abs(m_clean), abs(m_corrupted)):  # also catches nan
+        raise ValueError(
+            f"clean and corrupted give the same metric ({m_clean:.6g} and "
+            f"{m_corrupted:.6g}): there is nothing to recover; choose a corrupted input "
+            "(or a metric) on which the model behaves differently"
+        )
+    return cache, m_corrupted, gap
+
+
 def _recovered(model, clean, corrupted, metric, paths, units, replace) -> Tensor:
     """Patch each ``(layer, unit)`` of the corrupted run with ``replace(value, clean value,
     unit)`` and return the fraction of the metric recovered. Shapes: -> (layers, units)."""
-    _inputs(clean, corrupted)
-    check_callable("metric", metric, "metric(logits) -> scalar tensor")
     with _evaluating(model):
-        logits, cache = run_with_cache(model, clean, names_filter=paths)
-        m_clean, m_corrupted = _value(metric, logits), _value(metric, model(corrupted))
-        gap = m_clean - m_corrupted
-        if not abs(gap) > 1e-6 * max(abs(m_clean), abs(m_corrupted)):  # also catches nan
-            raise ValueError(
-                f"clean and corrupted give the same metric ({m_clean:.6g} and "
-                f"{m_corrupted:.6g}): there is nothing to recover; choose a corrupted input "
-                "(or a metric) on which the model behaves differently"
-            )
+        cache, m_corrupted, gap = _both_runs(model, clean, corrupted, metric, paths)
         sizes = {units(cache[path]) for path in paths}
         if len(sizes) > 1:
             raise ValueError(f"the layers at {paths} differ in size ({sorted(sizes)})")
@@ -250,6 +257,49 @@ def head_means(
     return {path: cache[path].mean(dim=(0, 2)) for path in paths}  # (heads, d) each
 
 
+def _head_set(model: nn.Module, heads: object) -> None:
+    """Check ``heads``, a set of heads as ``{per-head hook path: [head, ...]}``."""
+    if not isinstance(heads, dict):
+        raise TypeError(f"heads must be a dict {{hook path: [heads]}}, got {type(heads).__name__}")
+    points = hook_points(model)
+    for path, idx in heads.items():
+        if path not in points:
+            raise ValueError(f"heads has key {path!r}, which is not a hook point of the model")
+        if isinstance(idx, (str, bytes)) or not isinstance(idx, Sequence):
+            raise TypeError(f"heads[{path!r}] must be a list of head indices, got {idx!r}")
+
+
+def patch_set(
+    model: nn.Module,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    heads: dict[str, Sequence[int]],
+) -> float:
+    """The fraction of ``metric`` recovered when a set of heads is patched together: the
+    output of every listed head (``heads`` maps a per-head hook path such as
+    ``"layers.1.attn.z"`` to head indices, as for ``ablated``) in the corrupted run replaced
+    by its output in the clean run, ``(m_patched - m_corrupted) / (m_clean - m_corrupted)``.
+    Heads that share a job each recover part of it alone (``patch_heads``); together they
+    recover what the job is worth. An empty set recovers 0.
+
+    Shapes: clean, corrupted (batch, seq); heads {hook path: [head, ...]} -> float.
+    """
+    _head_set(model, heads)
+    paths = [path for path, idx in heads.items() if len(idx)]
+    with _evaluating(model):
+        cache, m_corrupted, gap = _both_runs(model, clean, corrupted, metric, paths)
+
+        def patch(value: Tensor, path: str) -> Tensor:
+            idx = list(heads[path])
+            value = value.clone()
+            value[:, idx] = cache[path][:, idx]  # (batch, n, seq, d)
+            return value
+
+        patched = run_with_hooks(model, corrupted, fwd_hooks=[(p, patch) for p in paths])
+    return (_value(metric, patched) - m_corrupted) / gap
+
+
 @contextmanager
 def ablated(
     model: nn.Module,
@@ -263,16 +313,10 @@ def ablated(
 
     Shapes: heads {hook path: [head, ...]}, means {hook path: (heads, d)}.
     """
-    if not isinstance(heads, dict):
-        raise TypeError(f"heads must be a dict {{hook path: [heads]}}, got {type(heads).__name__}")
-    points = hook_points(model)
-    for path, idx in heads.items():
-        if path not in points:
-            raise ValueError(f"heads has key {path!r}, which is not a hook point of the model")
+    _head_set(model, heads)
+    for path in heads:
         if means is not None and path not in means:
             raise ValueError(f"means has no entry for {path!r}; compute them with head_means")
-        if isinstance(idx, (str, bytes)) or not isinstance(idx, Sequence):
-            raise TypeError(f"heads[{path!r}] must be a list of head indices, got {idx!r}")
 
     def ablate(z: Tensor, path: str) -> Tensor:
         z, idx = z.clone(), list(heads[path])
