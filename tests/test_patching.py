@@ -21,7 +21,12 @@ from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderModel
 from multihead.core.train import IGNORE
 from multihead.interventions.ablation import leave_one_out
-from multihead.interventions.patching import ablate_heads, patch_heads, patch_positions
+from multihead.interventions.patching import (
+    ablate_heads,
+    patch_heads,
+    patch_positions,
+    patch_set,
+)
 from multihead.tasks.repeats import RepeatTask
 
 VOCAB, SEQ = 8, 7
@@ -288,3 +293,47 @@ def test_first_order_ablation_is_the_first_order_change_of_removing_a_head():
             )
             # d metric / d f at f = 1 is <z, d metric / dz>; zeroing z changes it by minus that
             assert abs(-(up - down).item() / (2 * eps) - grads[layer, head].item()) < 1e-5
+
+
+def test_patching_a_set_of_heads_together():
+    model = _one_head_model()
+    clean, corrupted = _pair()
+    alone = patch_heads(model, clean, corrupted, _metric)
+    both = {"layers.1.attn.z": [0, 1]}
+    assert patch_set(model, clean, corrupted, _metric, both) == pytest.approx(1.0, abs=1e-9)
+    assert patch_set(model, clean, corrupted, _metric, {"layers.1.attn.z": [1]}) == 0.0
+    # one head as a set is that head patched alone
+    for layer in range(2):
+        for head in range(2):
+            one = patch_set(model, clean, corrupted, _metric, {f"layers.{layer}.attn.z": [head]})
+            assert one == pytest.approx(alone[layer, head].item(), abs=1e-9)
+    assert patch_set(model, clean, corrupted, _metric, {}) == 0.0
+    assert model.training is False
+
+
+def test_patching_the_induction_circuit_as_a_set():
+    # a whole first copy corrupted: each head alone recovers its part, both together all
+    model, (clean, others) = _induction_model(), _repeated()
+    corrupted = clean.clone()
+    corrupted[:, PREFIX : PREFIX + SEGMENT] = others
+    second = RepeatTask(vocab_size=V, segment=SEGMENT, prefix=PREFIX).second_copy
+    answers = clean[:, second + 1]
+
+    def metric(logits):
+        return logits[:, second].gather(-1, answers[..., None]).mean()
+
+    circuit = {"layers.0.attn.z": [0], "layers.1.attn.z": [0]}
+    assert patch_set(model, clean, corrupted, metric, circuit) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_patch_set_bad_arguments():
+    model = _one_head_model()
+    clean, corrupted = _pair()
+    with pytest.raises(TypeError, match="heads must be a dict"):
+        patch_set(model, clean, corrupted, _metric, [("layers.1.attn.z", [0])])
+    with pytest.raises(ValueError, match="not a hook point"):
+        patch_set(model, clean, corrupted, _metric, {"layers.7.attn.z": [0]})
+    with pytest.raises(TypeError, match="list of head indices"):
+        patch_set(model, clean, corrupted, _metric, {"layers.1.attn.z": 0})
+    with pytest.raises(ValueError, match="nothing to recover"):
+        patch_set(model, clean, clean, _metric, {"layers.1.attn.z": [0]})

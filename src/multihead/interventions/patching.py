@@ -7,7 +7,8 @@ a ``clean`` input, and measures how much of the clean behaviour comes back:
 
 for a scalar ``metric(logits)`` (a logit difference, the loss on some targets, ...): 1 when the
 patched activation alone restores the clean metric, 0 when it changes nothing. ``patch_heads``
-patches one head's output at a time, ``patch_positions`` the residual stream at one layer and
+patches one head's output at a time, ``patch_set`` a set of heads together (heads that share a
+job each recover part of it alone), ``patch_positions`` the residual stream at one layer and
 position at a time. *Ablation* (``ablate_heads``) replaces one head's output by its mean over
 the batch and positions, or by zero, and reports the metric; ``ablated`` does it for a set of
 heads at once, and ``first_order_ablation`` estimates zero ablation of every head from one
@@ -106,22 +107,28 @@ def _evaluating(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def _both_runs(model, clean, corrupted, metric, paths) -> tuple[dict, float, float]:
+    """The clean run's cache at ``paths``, the corrupted metric and the gap between them."""
+    _inputs(clean, corrupted)
+    check_callable("metric", metric, "metric(logits) -> scalar tensor")
+    logits, cache = run_with_cache(model, clean, names_filter=paths)
+    m_clean, m_corrupted = _value(metric, logits), _value(metric, model(corrupted))
+    gap = m_clean - m_corrupted
+    if not abs(gap) > 1e-6 * max(abs(m_clean), abs(m_corrupted)):  # also catches nan
+        raise ValueError(
+            f"clean and corrupted give the same metric ({m_clean:.6g} and "
+            f"{m_corrupted:.6g}): there is nothing to recover; choose a corrupted input "
+            "(or a metric) on which the model behaves differently"
+        )
+    return cache, m_corrupted, gap
+
+
 def _recovered(model, clean, corrupted, metric, paths, units, replace, only=None) -> Tensor:
     """Patch each ``(layer, unit)`` of the corrupted run (those in ``only``, if given; the
     others are nan) with ``replace(value, clean value, unit)`` and return the fraction of
     the metric recovered. Shapes: -> (layers, units)."""
-    _inputs(clean, corrupted)
-    check_callable("metric", metric, "metric(logits) -> scalar tensor")
     with _evaluating(model):
-        logits, cache = run_with_cache(model, clean, names_filter=paths)
-        m_clean, m_corrupted = _value(metric, logits), _value(metric, model(corrupted))
-        gap = m_clean - m_corrupted
-        if not abs(gap) > 1e-6 * max(abs(m_clean), abs(m_corrupted)):  # also catches nan
-            raise ValueError(
-                f"clean and corrupted give the same metric ({m_clean:.6g} and "
-                f"{m_corrupted:.6g}): there is nothing to recover; choose a corrupted input "
-                "(or a metric) on which the model behaves differently"
-            )
+        cache, m_corrupted, gap = _both_runs(model, clean, corrupted, metric, paths)
         sizes = {units(cache[path]) for path in paths}
         if len(sizes) > 1:
             raise ValueError(f"the layers at {paths} differ in size ({sorted(sizes)})")
@@ -179,20 +186,18 @@ def patch_heads(
 
 
 def _head_pairs(heads: object, n_layers: int) -> set[tuple[int, int]]:
+    def pair(p: object) -> bool:
+        ints = isinstance(p, (tuple, list)) and len(p) == 2
+        return ints and all(isinstance(i, int) and not isinstance(i, bool) for i in p)
+
     if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence) or not heads:
         raise TypeError(f"heads must be a non-empty list of (layer, head) pairs, got {heads!r}")
-    pairs = set()
-    for pair in heads:
-        if (
-            not isinstance(pair, (tuple, list))
-            or len(pair) != 2
-            or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)
-        ):
-            raise TypeError(f"heads must hold (layer, head) pairs of ints, got {pair!r}")
-        if not 0 <= pair[0] < n_layers or pair[1] < 0:
-            raise ValueError(f"heads holds {tuple(pair)}; layers run from 0 to {n_layers - 1}")
-        pairs.add((pair[0], pair[1]))
-    return pairs
+    for p in heads:
+        if not pair(p):
+            raise TypeError(f"heads must hold (layer, head) pairs of ints, got {p!r}")
+        if not 0 <= p[0] < n_layers or p[1] < 0:
+            raise ValueError(f"heads holds {tuple(p)}; layers run from 0 to {n_layers - 1}")
+    return {(p[0], p[1]) for p in heads}
 
 
 def patch_positions(
@@ -276,6 +281,49 @@ def head_means(
     return {path: cache[path].mean(dim=(0, 2)) for path in paths}  # (heads, d) each
 
 
+def _head_set(model: nn.Module, heads: object) -> None:
+    """Check ``heads``, a set of heads as ``{per-head hook path: [head, ...]}``."""
+    if not isinstance(heads, dict):
+        raise TypeError(f"heads must be a dict {{hook path: [heads]}}, got {type(heads).__name__}")
+    points = hook_points(model)
+    for path, idx in heads.items():
+        if path not in points:
+            raise ValueError(f"heads has key {path!r}, which is not a hook point of the model")
+        if isinstance(idx, (str, bytes)) or not isinstance(idx, Sequence):
+            raise TypeError(f"heads[{path!r}] must be a list of head indices, got {idx!r}")
+
+
+def patch_set(
+    model: nn.Module,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    heads: dict[str, Sequence[int]],
+) -> float:
+    """The fraction of ``metric`` recovered when a set of heads is patched together: the
+    output of every listed head (``heads`` maps a per-head hook path such as
+    ``"layers.1.attn.z"`` to head indices, as for ``ablated``) in the corrupted run replaced
+    by its output in the clean run, ``(m_patched - m_corrupted) / (m_clean - m_corrupted)``.
+    Heads that share a job each recover part of it alone (``patch_heads``); together they
+    recover what the job is worth. An empty set recovers 0.
+
+    Shapes: clean, corrupted (batch, seq); heads {hook path: [head, ...]} -> float.
+    """
+    _head_set(model, heads)
+    paths = [path for path, idx in heads.items() if len(idx)]
+    with _evaluating(model):
+        cache, m_corrupted, gap = _both_runs(model, clean, corrupted, metric, paths)
+
+        def patch(value: Tensor, path: str) -> Tensor:
+            idx = list(heads[path])
+            value = value.clone()
+            value[:, idx] = cache[path][:, idx]  # (batch, n, seq, d)
+            return value
+
+        patched = run_with_hooks(model, corrupted, fwd_hooks=[(p, patch) for p in paths])
+    return (_value(metric, patched) - m_corrupted) / gap
+
+
 @contextmanager
 def ablated(
     model: nn.Module,
@@ -289,16 +337,10 @@ def ablated(
 
     Shapes: heads {hook path: [head, ...]}, means {hook path: (heads, d)}.
     """
-    if not isinstance(heads, dict):
-        raise TypeError(f"heads must be a dict {{hook path: [heads]}}, got {type(heads).__name__}")
-    points = hook_points(model)
-    for path, idx in heads.items():
-        if path not in points:
-            raise ValueError(f"heads has key {path!r}, which is not a hook point of the model")
+    _head_set(model, heads)
+    for path in heads:
         if means is not None and path not in means:
             raise ValueError(f"means has no entry for {path!r}; compute them with head_means")
-        if isinstance(idx, (str, bytes)) or not isinstance(idx, Sequence):
-            raise TypeError(f"heads[{path!r}] must be a list of head indices, got {idx!r}")
 
     def ablate(z: Tensor, path: str) -> Tensor:
         z, idx = z.clone(), list(heads[path])
@@ -308,6 +350,28 @@ def ablated(
 
     with hooks(model, [(path, ablate) for path in heads]):
         yield model
+
+
+def _with_grads(model, tokens, metric, paths) -> tuple[float, dict, tuple[Tensor, ...]]:
+    """In eval mode: the metric on ``tokens``, the head outputs at ``paths`` and the metric's
+    gradient with respect to each, from ``autograd.grad`` (the caller's ``.grad`` untouched)."""
+    kept: dict[str, Tensor] = {}
+
+    def keep(z: Tensor, name: str) -> None:
+        kept[name] = z
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            value = metric(run_with_hooks(model, tokens, fwd_hooks=[(p, keep) for p in paths]))
+            if not isinstance(value, Tensor) or value.numel() != 1:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise TypeError(f"metric must return a scalar tensor, got {got}")
+            grads = torch.autograd.grad(value.reshape(()), [kept[p] for p in paths])
+    finally:
+        model.train(was_training)
+    return float(value.detach()), {p: kept[p].detach() for p in paths}, grads
 
 
 def first_order_ablation(
@@ -338,25 +402,10 @@ def first_order_ablation(
             f"means must hold a (heads, d) mean for every hook path {paths[0]!r}, ...; compute "
             "them with head_means(model, tokens)"
         )
-    kept: dict[str, Tensor] = {}
-
-    def keep(z: Tensor, name: str) -> None:
-        kept[name] = z
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.enable_grad():
-            value = metric(run_with_hooks(model, tokens, fwd_hooks=[(p, keep) for p in paths]))
-            if not isinstance(value, Tensor) or value.numel() != 1:
-                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise TypeError(f"metric must return a scalar tensor, got {got}")
-            grads = torch.autograd.grad(value.reshape(()), [kept[p] for p in paths])
-    finally:
-        model.train(was_training)
+    _, kept, grads = _with_grads(model, tokens, metric, paths)
     rows = []
     for p, g in zip(paths, grads, strict=True):
-        z = kept[p].detach()  # (batch, heads, seq, d)
+        z = kept[p]  # (batch, heads, seq, d)
         target = torch.zeros_like(z) if means is None else means[p][None, :, None].to(z)
         rows.append(((target - z) * g).sum(dim=(0, 2, 3)))
     return torch.stack(rows).detach()  # (layers, heads)
@@ -383,26 +432,10 @@ def first_order_patching(
     _inputs(clean, corrupted)
     check_callable("metric", metric, "metric(logits) -> scalar tensor")
     paths = _head_paths(model, layers_path, hook)
-    kept: dict[str, Tensor] = {}
-
-    def keep(z: Tensor, name: str) -> None:
-        kept[name] = z
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits, cache = run_with_cache(model, clean, names_filter=paths)
-            m_clean = _value(metric, logits)
-        with torch.enable_grad():
-            value = metric(run_with_hooks(model, corrupted, fwd_hooks=[(p, keep) for p in paths]))
-            if not isinstance(value, Tensor) or value.numel() != 1:
-                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise TypeError(f"metric must return a scalar tensor, got {got}")
-            grads = torch.autograd.grad(value.reshape(()), [kept[p] for p in paths])
-    finally:
-        model.train(was_training)
-    m_corrupted = float(value.detach())
+    with _evaluating(model):
+        logits, cache = run_with_cache(model, clean, names_filter=paths)
+        m_clean = _value(metric, logits)
+    m_corrupted, kept, grads = _with_grads(model, corrupted, metric, paths)
     gap = m_clean - m_corrupted
     if not abs(gap) > 1e-6 * max(abs(m_clean), abs(m_corrupted)):
         raise ValueError(
@@ -410,7 +443,7 @@ def first_order_patching(
             "corrupted input (or a metric) on which the model behaves differently"
         )
     rows = [
-        ((cache[p] - kept[p].detach()) * g).sum(dim=(0, 2, 3)) / gap
+        ((cache[p] - kept[p]) * g).sum(dim=(0, 2, 3)) / gap
         for p, g in zip(paths, grads, strict=True)
     ]
     return torch.stack(rows).detach().cpu()  # (layers, heads)
