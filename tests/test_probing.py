@@ -7,6 +7,7 @@ from multihead.analysis.probing import (
     fit_probes,
     majority_accuracy,
     position_features,
+    position_majority_accuracy,
     probe_heads,
 )
 
@@ -17,6 +18,19 @@ def test_majority_accuracy():
         majority_accuracy(torch.tensor([0.5]), torch.tensor([1]))
     with pytest.raises(ValueError, match="test_labels is empty"):
         majority_accuracy(torch.tensor([0]), torch.tensor([], dtype=torch.long))
+
+
+def test_position_majority_accuracy():
+    # position 0: 3 twice, 4 once; position 1: 5; position 2: only padding
+    train = torch.tensor([[3, 5, 0], [3, 5, 0], [4, 0, 0]])
+    # scored: 3 (right), 5 (right), 4 (wrong), 6 (wrong), 7 at a position never trained
+    test = torch.tensor([[3, 5, 0, 0], [4, 6, 0, 7]])
+    assert position_majority_accuracy(train, test) == pytest.approx(2 / 5)
+    assert position_majority_accuracy(train, train) == pytest.approx(4 / 5)
+    with pytest.raises(TypeError, match="test_labels"):
+        position_majority_accuracy(train, test.float())
+    with pytest.raises(ValueError, match="nothing to score"):
+        position_majority_accuracy(train, torch.zeros(2, 3, dtype=torch.long))
 
 
 def test_probe_reads_separable_features_and_not_noise():

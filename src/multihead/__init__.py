@@ -68,14 +68,14 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     "06_head_diversity": (
         "core.config", "core.hooks", "core.model", "core.runtime", "tasks.corpus",
         "tasks.tagging", "tasks.translation", "analysis.diversity", "analysis.metrics",
-        "analysis.roles", "analysis.verdict", "interventions.ablation", "interventions.gradients",
-        "viz.claims",
+        "analysis.probing", "analysis.roles", "analysis.verdict", "interventions.ablation",
+        "interventions.gradients", "viz.claims",
         "viz.glue", "exercises",
     ),
     "07_pruning": (
         "core.config", "core.model", "core.runtime", "tasks.corpus", "tasks.translation",
-        "analysis.metrics", "analysis.roles", "analysis.verdict", "interventions.ablation",
-        "interventions.gates",
+        "analysis.metrics", "analysis.probing", "analysis.roles", "analysis.verdict",
+        "interventions.ablation", "interventions.gates",
         "interventions.pruning", "viz.claims", "viz.glue", "viz.plotting", "viz.roles",
         "timing", "exercises",
     ),

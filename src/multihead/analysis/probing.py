@@ -34,6 +34,32 @@ def majority_accuracy(train_labels: Tensor, test_labels: Tensor) -> float:
     return (test_labels == majority).float().mean().item()
 
 
+def position_majority_accuracy(train_labels: Tensor, test_labels: Tensor, pad: int = 0) -> float:
+    """Accuracy on the non-``pad`` entries of ``test_labels`` of a guess that sees only the
+    position: at each position, the training split's most frequent label there (a model that
+    knows the word frequencies of every target position and nothing of the input). Positions
+    beyond the training split's longest sequence are guessed wrong.
+
+    Shapes: train_labels (n, T), test_labels (m, T') integer, padded with ``pad`` -> float.
+    """
+    for name, t in (("train_labels", train_labels), ("test_labels", test_labels)):
+        check_int_tensor(name, t, ndim=2, nonempty=True, layout="(sentences, position)")
+    check_int("pad", pad)
+    n_labels = int(max(train_labels.max(), test_labels.max())) + 1
+    width = max(train_labels.shape[1], test_labels.shape[1])
+    counts = torch.zeros(width, n_labels)  # (position, label)
+    real = train_labels != pad
+    pos = torch.arange(train_labels.shape[1]).expand_as(train_labels)
+    counts.index_put_((pos[real], train_labels[real]), torch.ones(int(real.sum())), True)
+    guess = counts.argmax(-1)  # (position,)
+    guess[counts.sum(-1) == 0] = pad  # never seen: a guess that is never right
+    scored = test_labels != pad
+    if not scored.any():
+        raise ValueError(f"test_labels holds only pad={pad}: nothing to score")
+    hits = (test_labels == guess[: test_labels.shape[1]]) & scored
+    return hits.sum().item() / scored.sum().item()
+
+
 def fit_probes(
     train_x: Tensor,
     train_y: Tensor,
