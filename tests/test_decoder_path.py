@@ -130,6 +130,15 @@ def test_regroup_pools_the_key_value_heads_each_new_group_reads():
         regroup(gqa, 3)
     with pytest.raises(ValueError, match="how"):
         regroup(gqa, 2, how="max")
+    torch.manual_seed(1)
+    fresh = regroup(gqa, 2, how="random")  # queries and outputs kept, keys and values drawn
+    torch.manual_seed(1)
+    again = regroup(gqa, 2, how="random")
+    assert torch.equal(fresh.W_K, again.W_K) and torch.equal(fresh.W_Q, gqa.W_Q)
+    assert not torch.allclose(fresh.W_K, gqa.W_K.unflatten(0, (2, 2)).mean(1))
+    assert (fresh.b_K == 0).all() and fresh.W_V.shape == (2, 16, 2)
+    bound = (6 / (16 + 2 * 2)) ** 0.5  # Xavier, as the layer's own initialisation
+    assert fresh.W_K.abs().max() <= bound and fresh.W_K.std() > bound / 4
     with pytest.raises(TypeError, match="layer"):
         regroup(LatentAttention(16, 4, 6), 2)
     assert type(regroup(MultiHeadAttention(16, 4), 2)) is GroupedQueryAttention

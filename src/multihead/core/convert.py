@@ -27,9 +27,11 @@ def regroup(
     ``head_mask`` are copied.
 
     Each new group of consecutive query heads gets the mean (``how="mean"``, the mean pooling
-    of Ainslie et al. 2023) or the first (``how="first"``, the control) of the key/value heads
-    its query heads read. With at least as many key/value heads as the layer has, every query
-    head reads what it read before, so the result computes the same function. With
+    of Ainslie et al. 2023) or the first (``how="first"``) of the key/value heads its query
+    heads read, or new random ones (``how="random"``, the paper's third start: the layer's own
+    initialisation, drawn from torch's global generator, so seed it for a reproducible draw).
+    With ``"mean"`` or ``"first"`` and at least as many key/value heads as the layer has,
+    every query head reads what it read before, so the result computes the same function. With
     ``n_kv_heads == n_heads`` (and no rotary positions) the result is a ``MultiHeadAttention``:
     grouped-query attention is multi-head attention with the key/value projections tied
     within groups.
@@ -41,7 +43,7 @@ def regroup(
             f"layer must be a GroupedQueryAttention or MultiHeadAttention, got "
             f"{type(layer).__name__}"
         )
-    check_choice("how", how, ("mean", "first"))
+    check_choice("how", how, ("mean", "first", "random"))
     h = layer.n_heads
     if h % check_positive_int("n_kv_heads", n_kv_heads):
         raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={h}")
@@ -58,7 +60,8 @@ def regroup(
     for name in ("W_Q", "b_Q", "W_O", "b_O", "head_mask"):
         if getattr(new, name) is not None:
             getattr(new, name).copy_(getattr(layer, name))
-    for name in ("W_K", "W_V", "b_K", "b_V"):
+    # "random" keeps the new layer's own draw of its key/value weights (and zero biases)
+    for name in () if how == "random" else ("W_K", "W_V", "b_K", "b_V"):
         if getattr(layer, name) is not None:  # the key/value head each query head reads
             read = getattr(layer, name).repeat_interleave(h // layer.n_kv_heads, dim=0)
             groups = read.unflatten(0, (n_kv_heads, h // n_kv_heads))  # (new kv, group, ...)
@@ -69,8 +72,9 @@ def regroup(
 @torch.no_grad()
 def convert_decoder(decoder: Decoder, n_kv_heads: int, how: str = "mean") -> Decoder:
     """A copy of a trained grouped-query ``decoder`` whose every layer is ``regroup``-ed to
-    ``n_kv_heads`` key/value heads (``how="mean"`` or ``"first"``); everything else is
-    copied. The conversion is exact when ``n_kv_heads`` is a multiple of the layers' own.
+    ``n_kv_heads`` key/value heads (``how="mean"``, ``"first"`` or ``"random"``); everything
+    else is copied. A ``"mean"`` or ``"first"`` conversion is exact when ``n_kv_heads`` is a
+    multiple of the layers' own.
 
     Shapes: none (returns a model computing (batch, seq) -> (batch, seq, vocab_size)).
     """
