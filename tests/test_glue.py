@@ -35,3 +35,22 @@ def test_glue_without_myst_nb_shows_or_stays_quiet(monkeypatch, capsys):
     finally:
         monkeypatch.delitem(sys.modules, "myst_nb")
         importlib.reload(module)
+
+
+def test_every_glue_name_is_glued_once_per_notebook():
+    # The book's build refuses a key glued twice (mystnb warns, -W fails); a notebook that
+    # glues a value in two cells fails here in seconds instead.
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        names = Counter(
+            o.get("metadata", {}).get("scrapbook", {}).get("name")
+            for c in cells
+            for o in c.get("outputs", [])
+        )
+        names.pop(None, None)
+        twice = sorted(n for n, k in names.items() if k > 1)
+        assert not twice, f"{path.name} glues {twice} more than once"
