@@ -147,6 +147,12 @@ def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_pat
     assert steps == [0, 1, 2, 3] and trained == [7, 3]  # its own checkpoint: trained
     assert _same_weights(hooked[0].model, setups[0].model)  # the callback changed nothing
     assert len(list(tmp_path.iterdir())) == 4
+    curve = train_translation_models([3], corpus, model_cfg, replace(tcfg, eval_every=2),
+                                     eval_split="valid")  # fmt: skip
+    evals = curve[0].history.evals
+    assert [e["step"] for e in evals] == [2, 4] and len(list(tmp_path.iterdir())) == 5
+    assert evals[-1]["loss"] == teacher_forced(curve[0].model, curve[0].valid)["loss"]
+    assert _same_weights(curve[0].model, setups[0].model)  # evaluating changed nothing
 
 
 def test_train_translation_models_rejects_bad_input():
@@ -160,6 +166,8 @@ def test_train_translation_models_rejects_bad_input():
         train_translation_models([0], corpus, model_cfg, {"steps": 1})
     with pytest.raises(ValueError, match="on_step_key"):
         train_translation_models([0], corpus, on_step=lambda m, s: None)
+    with pytest.raises(ValueError, match="eval_split"):
+        train_translation_models([0], corpus, model_cfg, tcfg, eval_split="dev")
     with pytest.raises(TypeError, match="seeds"):
         train_translation_models(3, corpus, model_cfg, tcfg)
     with pytest.raises(ValueError, match="repeats"):

@@ -314,6 +314,7 @@ def train_translation_models(
     progress: bool = False,
     on_step: Callable[[nn.Module, int], None] | None = None,
     on_step_key: object = None,
+    eval_split: str | None = None,
 ) -> list[TranslationSetup]:
     """The chapter's translation model, trained once per seed (``core.train.train_seeds``)
     and kept in the checkpoint cache, so later chapters load the same models.
@@ -324,20 +325,27 @@ def train_translation_models(
     ``s``). The checkpoint key covers the corpus (size, seed, grammar) and both configs, so
     a changed setting trains afresh. ``on_step(model, step)`` runs before every training
     step (e.g. ``interventions.drophead.drophead_schedule``); ``on_step_key`` must then
-    describe it (it joins the checkpoint key).
+    describe it (it joins the checkpoint key). With ``eval_split`` (``"valid"``, say) and
+    ``train_config.eval_every > 0``, each history's ``evals`` hold the teacher-forced loss and
+    token accuracy on that split every ``eval_every`` steps (a learning curve).
 
     Shapes: none (one ``TranslationSetup`` per seed).
     """
     if on_step is not None and on_step_key is None:
         raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
+    if eval_split not in (None, "train", "valid", "test"):
+        raise ValueError(f"eval_split={eval_split!r} must be None, 'train', 'valid' or 'test'")
     corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
     sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
     key = ("translation", sizes, corpus.seed, corpus.config, model_cfg, on_step_key)
+    if eval_split is not None:  # the curve is saved with the model: it joins the key
+        key += (("evals on", eval_split),)
+    evaluate = None if eval_split is None else lambda m: teacher_forced(m, data[eval_split])
     models, histories = train_seeds(
         seeds, lambda seed: EncoderDecoder(model_cfg), sampler(data["train"]), train_cfg,
-        loss_fn=seq2seq_loss, progress=progress, desc="translation model", on_step=on_step,
-        cache=name, key=key,
+        loss_fn=seq2seq_loss, evaluate=evaluate, progress=progress, desc="translation model",
+        on_step=on_step, cache=name, key=key,
     )  # fmt: skip
     return [
         TranslationSetup(
