@@ -23,6 +23,7 @@ from multihead.tasks.translation import (
     sampler,
     seq2seq_loss,
     teacher_forced,
+    train_translation_arms,
     train_translation_models,
 )
 
@@ -153,6 +154,27 @@ def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_pat
     assert [e["step"] for e in evals] == [2, 4] and len(list(tmp_path.iterdir())) == 5
     assert evals[-1]["loss"] == teacher_forced(curve[0].model, curve[0].valid)["loss"]
     assert _same_weights(curve[0].model, setups[0].model)  # evaluating changed nothing
+
+
+@pytest.mark.slow
+def test_train_translation_arms_in_two_processes_trains_the_same_models(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "two"))
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
+    corpus, model_cfg, tcfg = _tiny()
+    arms = {"plain": {}, "dropout": {"model_config": replace(model_cfg, dropout=0.3)}}
+    common = {"model_config": model_cfg, "train_config": tcfg, "name": "arms"}
+    side_by_side = train_translation_arms(arms, [3, 5], corpus, workers=2, **common)
+    assert len(list((tmp_path / "two").iterdir())) == 4  # every (arm, seed) checkpoint
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "one"))
+    in_turn = train_translation_arms(arms, [3, 5], corpus, **common)
+    for arm in arms:
+        for a, b in zip(side_by_side[arm], in_turn[arm], strict=True):
+            assert _same_weights(a.model, b.model) and a.history.loss == b.history.loss
+    assert not _same_weights(side_by_side["plain"][0].model, side_by_side["dropout"][0].model)
+    with pytest.raises(ValueError, match="workers"):
+        train_translation_arms(arms, [3], corpus, workers=0, **common)
+    with pytest.raises(TypeError, match="arms"):
+        train_translation_arms({}, [3], corpus, **common)
 
 
 def test_train_translation_models_rejects_bad_input():
