@@ -9,6 +9,7 @@ from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderDecoder
 from multihead.core.train import train
 from multihead.interventions.ablation import head_masks, leave_one_out
+from multihead.interventions.drophead import drophead_schedule
 from multihead.tasks.corpus import make_corpus
 from multihead.tasks.translation import (
     BOS_ID,
@@ -161,16 +162,21 @@ def test_train_translation_arms_in_two_processes_trains_the_same_models(tmp_path
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "two"))
     monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
     corpus, model_cfg, tcfg = _tiny()
-    arms = {"plain": {}, "dropout": {"model_config": replace(model_cfg, dropout=0.3)}}
+    arms = {
+        "plain": {},
+        "dropout": {"model_config": replace(model_cfg, dropout=0.3)},
+        "drophead": {"on_step": drophead_schedule(0.3, 4, "v"), "on_step_key": "v 0.3"},
+    }
     common = {"model_config": model_cfg, "train_config": tcfg, "name": "arms"}
     side_by_side = train_translation_arms(arms, [3, 5], corpus, workers=2, **common)
-    assert len(list((tmp_path / "two").iterdir())) == 4  # every (arm, seed) checkpoint
+    assert len(list((tmp_path / "two").iterdir())) == 6  # every (arm, seed) checkpoint
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "one"))
     in_turn = train_translation_arms(arms, [3, 5], corpus, **common)
     for arm in arms:
         for a, b in zip(side_by_side[arm], in_turn[arm], strict=True):
             assert _same_weights(a.model, b.model) and a.history.loss == b.history.loss
-    assert not _same_weights(side_by_side["plain"][0].model, side_by_side["dropout"][0].model)
+    for arm in ("dropout", "drophead"):
+        assert not _same_weights(side_by_side["plain"][0].model, side_by_side[arm][0].model)
     with pytest.raises(ValueError, match="workers"):
         train_translation_arms(arms, [3], corpus, workers=0, **common)
     with pytest.raises(TypeError, match="arms"):
