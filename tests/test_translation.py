@@ -9,6 +9,7 @@ from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderDecoder
 from multihead.core.train import train
 from multihead.interventions.ablation import head_masks, leave_one_out
+from multihead.interventions.drophead import drophead_schedule
 from multihead.tasks.corpus import make_corpus
 from multihead.tasks.translation import (
     BOS_ID,
@@ -23,6 +24,7 @@ from multihead.tasks.translation import (
     sampler,
     seq2seq_loss,
     teacher_forced,
+    train_translation_arms,
     train_translation_models,
 )
 
@@ -147,6 +149,38 @@ def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_pat
     assert steps == [0, 1, 2, 3] and trained == [7, 3]  # its own checkpoint: trained
     assert _same_weights(hooked[0].model, setups[0].model)  # the callback changed nothing
     assert len(list(tmp_path.iterdir())) == 4
+    curve = train_translation_models([3], corpus, model_cfg, replace(tcfg, eval_every=2),
+                                     eval_split="valid")  # fmt: skip
+    evals = curve[0].history.evals
+    assert [e["step"] for e in evals] == [2, 4] and len(list(tmp_path.iterdir())) == 5
+    assert evals[-1]["loss"] == teacher_forced(curve[0].model, curve[0].valid)["loss"]
+    assert _same_weights(curve[0].model, setups[0].model)  # evaluating changed nothing
+
+
+@pytest.mark.slow
+def test_train_translation_arms_in_two_processes_trains_the_same_models(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "two"))
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
+    corpus, model_cfg, tcfg = _tiny()
+    arms = {
+        "plain": {},
+        "dropout": {"model_config": replace(model_cfg, dropout=0.3)},
+        "drophead": {"on_step": drophead_schedule(0.3, 4, "v"), "on_step_key": "v 0.3"},
+    }
+    common = {"model_config": model_cfg, "train_config": tcfg, "name": "arms"}
+    side_by_side = train_translation_arms(arms, [3, 5], corpus, workers=2, **common)
+    assert len(list((tmp_path / "two").iterdir())) == 6  # every (arm, seed) checkpoint
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "one"))
+    in_turn = train_translation_arms(arms, [3, 5], corpus, **common)
+    for arm in arms:
+        for a, b in zip(side_by_side[arm], in_turn[arm], strict=True):
+            assert _same_weights(a.model, b.model) and a.history.loss == b.history.loss
+    for arm in ("dropout", "drophead"):
+        assert not _same_weights(side_by_side["plain"][0].model, side_by_side[arm][0].model)
+    with pytest.raises(ValueError, match="workers"):
+        train_translation_arms(arms, [3], corpus, workers=0, **common)
+    with pytest.raises(TypeError, match="arms"):
+        train_translation_arms({}, [3], corpus, **common)
 
 
 def test_train_translation_models_rejects_bad_input():
@@ -160,6 +194,8 @@ def test_train_translation_models_rejects_bad_input():
         train_translation_models([0], corpus, model_cfg, {"steps": 1})
     with pytest.raises(ValueError, match="on_step_key"):
         train_translation_models([0], corpus, on_step=lambda m, s: None)
+    with pytest.raises(ValueError, match="eval_split"):
+        train_translation_models([0], corpus, model_cfg, tcfg, eval_split="dev")
     with pytest.raises(TypeError, match="seeds"):
         train_translation_models(3, corpus, model_cfg, tcfg)
     with pytest.raises(ValueError, match="repeats"):

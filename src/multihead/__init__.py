@@ -81,7 +81,8 @@ CHAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "08_drophead": (
         "core.model", "core.progress", "core.runtime", "tasks.corpus", "tasks.translation",
-        "analysis.diversity", "analysis.metrics", "analysis.verdict", "interventions.ablation",
+        "analysis.baselines", "analysis.diversity", "analysis.metrics", "analysis.verdict",
+        "interventions.ablation",
         "interventions.drophead", "interventions.pruning", "viz.claims", "viz.glue", "exercises",
     ),
     "09_pretrained_heads": (

@@ -9,7 +9,9 @@ and ablate heads one at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import multiprocessing
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import torch
@@ -21,7 +23,7 @@ from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderDecoder
 from multihead.core.runtime import pick
-from multihead.core.train import IGNORE, History, train_seeds
+from multihead.core.train import IGNORE, History, checkpoint_path, train_seeds
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
 
 PAD_ID, BOS_ID = 0, 1
@@ -314,6 +316,7 @@ def train_translation_models(
     progress: bool = False,
     on_step: Callable[[nn.Module, int], None] | None = None,
     on_step_key: object = None,
+    eval_split: str | None = None,
 ) -> list[TranslationSetup]:
     """The chapter's translation model, trained once per seed (``core.train.train_seeds``)
     and kept in the checkpoint cache, so later chapters load the same models.
@@ -324,20 +327,24 @@ def train_translation_models(
     ``s``). The checkpoint key covers the corpus (size, seed, grammar) and both configs, so
     a changed setting trains afresh. ``on_step(model, step)`` runs before every training
     step (e.g. ``interventions.drophead.drophead_schedule``); ``on_step_key`` must then
-    describe it (it joins the checkpoint key).
+    describe it (it joins the checkpoint key). With ``eval_split`` (``"valid"``, say) and
+    ``train_config.eval_every > 0``, each history's ``evals`` hold the teacher-forced loss and
+    token accuracy on that split every ``eval_every`` steps (a learning curve).
 
     Shapes: none (one ``TranslationSetup`` per seed).
     """
     if on_step is not None and on_step_key is None:
         raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
+    if eval_split not in (None, "train", "valid", "test"):
+        raise ValueError(f"eval_split={eval_split!r} must be None, 'train', 'valid' or 'test'")
     corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
     data = {split: encode(corpus, corpus.split(split)) for split in ("train", "valid", "test")}
-    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
-    key = ("translation", sizes, corpus.seed, corpus.config, model_cfg, on_step_key)
+    key = _key(corpus, model_cfg, on_step_key, eval_split)
+    evaluate = None if eval_split is None else lambda m: teacher_forced(m, data[eval_split])
     models, histories = train_seeds(
         seeds, lambda seed: EncoderDecoder(model_cfg), sampler(data["train"]), train_cfg,
-        loss_fn=seq2seq_loss, progress=progress, desc="translation model", on_step=on_step,
-        cache=name, key=key,
+        loss_fn=seq2seq_loss, evaluate=evaluate, progress=progress, desc="translation model",
+        on_step=on_step, cache=name, key=key,
     )  # fmt: skip
     return [
         TranslationSetup(
@@ -352,6 +359,54 @@ def train_translation_models(
         )  # fmt: skip
         for seed, model, history in zip(seeds, models, histories, strict=True)
     ]
+
+
+def _key(corpus: Corpus, model_cfg: ModelConfig, on_step_key: object, eval_split: str | None):
+    sizes = (len(corpus.train), len(corpus.valid), len(corpus.test))
+    key = ("translation", sizes, corpus.seed, corpus.config, model_cfg, on_step_key)
+    if eval_split is not None:  # the curve is saved with the model: it joins the key
+        key += (("evals on", eval_split),)
+    return key
+
+
+def _train_one(corpus: Corpus, job: tuple[int, dict]) -> None:
+    seed, kwargs = job
+    train_translation_models([seed], corpus, **kwargs)
+
+
+def train_translation_arms(
+    arms: Mapping[str, Mapping], seeds: Sequence[int], corpus: Corpus, *, workers: int = 1,
+    **common,
+) -> dict[str, list[TranslationSetup]]:  # fmt: skip
+    """``train_translation_models(seeds, corpus, **common, **arms[arm])`` for every arm. With
+    ``workers > 1``, the (arm, seed) pairs missing from the checkpoint cache are first trained
+    in that many processes side by side (each on one thread, saving its checkpoint) and then
+    loaded in order: the same models as one after another, in less time where that many
+    cores are free.
+
+    Shapes: none (one list of ``TranslationSetup`` per arm, one per seed).
+    """
+    check_positive_int("workers", workers)
+    if not isinstance(arms, Mapping) or not arms:
+        raise TypeError("arms must be a non-empty dict {arm name: train_translation_models kwargs}")
+    jobs = []
+    for kwargs in arms.values():
+        every = {"name": "roles_translation", **common, **kwargs}
+        _, model_cfg, train_cfg = _setup_configs(
+            corpus, every.get("model_config"), every.get("train_config")
+        )
+        key = _key(corpus, model_cfg, every.get("on_step_key"), every.get("eval_split"))
+        for seed in seeds:
+            path = checkpoint_path(every["name"], (key, replace(train_cfg, seed=seed)))
+            if not path.exists():
+                jobs.append((seed, every))
+    if workers > 1 and len(jobs) > 1:
+        spawn = multiprocessing.get_context("spawn")  # safe with CUDA and on every platform
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=spawn) as pool:
+            list(pool.map(_train_one, [corpus] * len(jobs), jobs))
+    return {
+        arm: train_translation_models(seeds, corpus, **{**common, **kw}) for arm, kw in arms.items()
+    }
 
 
 @torch.no_grad()
