@@ -66,4 +66,7 @@ def test_the_count_sees_what_a_reader_sees():
     )
     assert hits(visible(page)) == ["fast mode"]
     assert "value  N  holds" in visible(page)
+    # a verdict word shown by its role is what the reader sees, not the claim id inside it
+    assert hits(visible("It holds: {word}`ch2-copies-worse`.")) == []
+    assert hits(visible("An id: ch2-copies-worse.")) == ["ch2-copies-worse"]
     assert words("a fast mode of 10 steps") == 4

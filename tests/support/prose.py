@@ -4,8 +4,9 @@
 fenced code, math blocks (``$$ ... $$`` and the ``math`` directive), the body of a collapsed
 block (a ``dropdown`` or ``toggle`` directive, any directive with ``:class: dropdown`` or
 ``toggle``, an HTML ``<details>`` element, which Jupyter and Colab fold too) with every block
-nested in it, and directive option lines. A ``{glue...}`` role becomes the word ``N`` (unless
-``keep_roles``).
+nested in it, and directive option lines. A ``{glue...}`` role becomes the word ``N``, and a
+``{word}`` or ``{verdict}`` role, which renders as a verdict word, the word ``W`` (unless
+``keep_roles``): the claim id inside it is not shown to the reader.
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ def visible(md: str, keep_roles: bool = False) -> str:
         i += 1
     text = "\n".join(kept)
     text = re.sub(r"<details\b.*?</details>", " ", text, flags=re.S | re.I)
-    return text if keep_roles else re.sub(r"\{glue:?\w*\}`[^`]*`", " N ", text)
+    if keep_roles:
+        return text
+    text = re.sub(r"\{(?:word|verdict)\}`[^`]*`", " W ", text)
+    return re.sub(r"\{glue:?\w*\}`[^`]*`", " N ", text)
 
 
 def words(text: str) -> int:
