@@ -146,3 +146,23 @@ def test_notebook_title_names_its_number_and_chapter(nb):
     first = next("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     heading = first.splitlines()[0]
     assert heading == f"# Notebook {number}: {title}", f"{nb.name}: {heading!r}"
+
+
+def test_visible_notebook_code_fits_the_page():
+    # The rendered page shows about 88 columns of code at 1,280 px (tests/test_browser.py
+    # measures it); a longer line scrolls sideways. ruff wraps code at 88 but not comments or
+    # strings, so this holds every visible line to it in seconds.
+    import json
+
+    wide = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            hidden = {"remove-cell", "remove-input"} & set(cell["metadata"].get("tags", []))
+            if cell["cell_type"] != "code" or hidden:
+                continue
+            wide += [
+                f"{path.name} cell {i}: {line[:40]}..."
+                for line in "".join(cell["source"]).splitlines()
+                if len(line) > 88
+            ]
+    assert not wide, "code lines over 88 columns:\n" + "\n".join(wide)
