@@ -226,3 +226,54 @@ def test_by_length_orders_sentences_and_keeps_the_scores():
     assert sorted(map(tuple, ordered.src.tolist())) == sorted(map(tuple, data.src.tolist()))
     with pytest.raises(TypeError, match="data"):
         by_length((data.src, data.tgt))
+
+
+@pytest.mark.slow
+def test_side_by_side_trains_and_fine_tunes_the_same_models_as_in_turn(tmp_path, monkeypatch):
+    from multihead.core.runtime import side_by_side
+    from multihead.interventions.ablation import full_masks
+    from multihead.interventions.gates import gated_copy
+    from multihead.interventions.pruning import train_with_masks
+
+    monkeypatch.setenv("MULTIHEAD_DEVICE", "cpu")
+    corpus, model_cfg, tcfg = _tiny()
+    for way, workers in (("two", 2), ("one", 1)):  # a cache of its own each: both train
+        monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / way))
+        jobs = [{"seeds": [s], "corpus": corpus, "model_config": model_cfg,
+                 "train_config": tcfg} for s in (3, 5)]  # fmt: skip
+        side_by_side(train_translation_models, jobs, workers=workers)
+        assert len(list((tmp_path / way).iterdir())) == 2  # one checkpoint per seed
+    one = train_translation_models([3, 5], corpus, model_cfg, tcfg)  # trained in turn
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "two"))
+    two = train_translation_models([3, 5], corpus, model_cfg, tcfg)  # side by side
+    assert all(_same_weights(a.model, b.model) for a, b in zip(one, two, strict=True))
+    data = one[0].train
+    gate_jobs = [{"model": s.model, "sample": sampler(data), "loss_fn": seq2seq_loss, "lam": lam,
+                  "steps": 3, "batch_size": 4, "seed": k, "progress": False}
+                 for k, s in enumerate(one) for lam in (0.1, 1.0)]  # fmt: skip
+    in_turn = [gated_copy(**job) for job in gate_jobs]
+    together = side_by_side(gated_copy, gate_jobs, workers=2)
+    for (m1, r1), (m2, r2) in zip(in_turn, together, strict=True):
+        assert _same_weights(m1, m2) and r1.task_loss == r2.task_loss
+        assert all(torch.equal(r1.log_alpha[n], r2.log_alpha[n]) for n in r1.log_alpha)
+    assert not _same_weights(in_turn[0][0], in_turn[1][0])  # the penalty mattered
+    assert _same_weights(gate_jobs[0]["model"], one[0].model)  # the inputs are unchanged
+    mask_jobs = [{"models": [s.model], "masks": [full_masks(s.model)], "sample": sampler(data),
+                  "train_config": tcfg, "loss_fn": seq2seq_loss, "seeds": [k]}
+                 for k, s in enumerate(one)]  # fmt: skip
+    in_turn = [train_with_masks(**job)[0][0] for job in mask_jobs]
+    together = side_by_side(train_with_masks, mask_jobs, workers=2)
+    assert all(_same_weights(a, b[0][0]) for a, b in zip(in_turn, together, strict=True))
+
+
+def test_side_by_side_rejects_bad_input():
+    from multihead.core.runtime import side_by_side
+
+    with pytest.raises(ValueError, match="workers"):
+        side_by_side(sampler, [{}], workers=0)
+    with pytest.raises(TypeError, match="jobs"):
+        side_by_side(sampler, {"data": None})
+    with pytest.raises(TypeError, match="jobs\\[0\\]"):
+        side_by_side(sampler, [None])
+    with pytest.raises(TypeError, match="fn"):
+        side_by_side(None, [])

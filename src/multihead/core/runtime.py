@@ -23,9 +23,9 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -219,6 +219,57 @@ def threads(kind: str) -> Iterator[int]:
         yield count
     finally:
         torch.set_num_threads(before)
+
+
+def worker_count() -> int:
+    """The number of processes that train independent models side by side on this machine:
+    one per core this process may use. It depends on the machine alone, never on its load.
+
+    Shapes: none.
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _start_worker(count: int) -> None:
+    torch.set_num_threads(count)
+
+
+def side_by_side(
+    fn: Callable[..., T], jobs: Sequence[Mapping[str, Any]], *, workers: int | None = None
+) -> list[T]:
+    """``[fn(**job) for job in jobs]``, computed in ``workers`` processes at once (default
+    ``worker_count()``), each on the thread count of this one, and returned in the order of
+    ``jobs``. A job seeds what it draws (every training function of the course does), so each
+    result is bitwise the one computed here, one after another; only the time differs. With
+    one worker or one job, or off the CPU, the jobs run here in turn. ``fn`` and the jobs'
+    values must be picklable: a function of the package, models, data, configs.
+
+    Shapes: none (any results, one per job).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of the package, got {type(fn).__name__}")
+    if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
+        raise TypeError("jobs must be a list of dicts of keyword arguments, one per call")
+    for k, job in enumerate(jobs):
+        if not isinstance(job, Mapping):
+            raise TypeError(f"jobs[{k}] must be a dict of keyword arguments for fn")
+    workers = worker_count() if workers is None else check_positive_int("workers", workers)
+    if workers == 1 or len(jobs) < 2 or device().type != "cpu":
+        return [fn(**job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    spawn = multiprocessing.get_context("spawn")  # a clean interpreter on every platform
+    with ProcessPoolExecutor(
+        min(workers, len(jobs)),
+        mp_context=spawn,
+        initializer=_start_worker,
+        initargs=(torch.get_num_threads(),),
+    ) as pool:
+        futures = [pool.submit(fn, **job) for job in jobs]
+        return [f.result() for f in futures]
 
 
 choose_threads()

@@ -17,6 +17,7 @@ module's ``z`` multiplies every head's output by its gate, on top of the module'
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -302,3 +303,16 @@ def fine_tune_with_gates(
         run.log_alpha = {n: gates.gate(n).log_alpha.detach().cpu().clone() for n in gates.names}
         gates.remove()
     return run
+
+
+def gated_copy(model: nn.Module, sample, loss_fn, **kwargs) -> tuple[nn.Module, GatedRun]:
+    """``fine_tune_with_gates(copy, sample, loss_fn, **kwargs)`` on a copy of ``model``: the
+    tuned copy and its run; ``model`` is unchanged. A function of the package, so that
+    ``runtime.side_by_side`` can run a sweep of them in several processes.
+
+    Shapes: -> (model, GatedRun).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    tuned = copy.deepcopy(model)
+    return tuned, fine_tune_with_gates(tuned, sample, loss_fn, **kwargs)

@@ -407,5 +407,7 @@ def _masked_key(
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
     kept = tuple((n, tuple(int(v) for v in t.tolist())) for n, t in sorted(mask.items()))
-    what = (getattr(sample, "__qualname__", "?"), getattr(loss_fn, "__qualname__", "?"))
+    what = tuple(  # a function's name, or a callable object's class
+        getattr(f, "__qualname__", type(f).__qualname__) for f in (sample, loss_fn)
+    )
     return ("masked", h.hexdigest()[:16], kept, seed, train_config, what)

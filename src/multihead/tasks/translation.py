@@ -86,17 +86,24 @@ def seq2seq_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE)
 
 
+class _Rows:
+    """Random rows of ``data``: a class rather than a closure, so that it can go to a worker
+    process (``runtime.side_by_side``)."""
+
+    def __init__(self, data: Encoded):
+        self.data = data
+
+    def __call__(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(len(self.data.src), (batch_size,), generator=generator)
+        return trim(self.data.src[idx], self.data.tgt[idx])
+
+
 def sampler(data: Encoded):
     """A ``sample(batch_size, generator)`` drawing random rows of ``data`` (for ``train``).
 
     Shapes: sample(b, g) -> (src (b, S), tgt (b, T + 1)), trimmed to the longest row.
     """
-
-    def sample(batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        idx = torch.randint(len(data.src), (batch_size,), generator=generator)
-        return trim(data.src[idx], data.tgt[idx])
-
-    return sample
+    return _Rows(data)
 
 
 def batches(data: Encoded, batch_size: int = 500, device: torch.device | None = None):
