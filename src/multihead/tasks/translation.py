@@ -9,9 +9,7 @@ and ablate heads one at a time.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import torch
@@ -22,7 +20,7 @@ from multihead._checks import check_positive_int
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.hooks import run_with_cache, stack_layers
 from multihead.core.model import EncoderDecoder
-from multihead.core.runtime import pick
+from multihead.core.runtime import pick, side_by_side
 from multihead.core.train import IGNORE, History, checkpoint_path, train_seeds
 from multihead.tasks.corpus import Corpus, GrammarConfig, Sentence, make_corpus
 
@@ -387,9 +385,8 @@ def train_translation_arms(
 ) -> dict[str, list[TranslationSetup]]:  # fmt: skip
     """``train_translation_models(seeds, corpus, **common, **arms[arm])`` for every arm. With
     ``workers > 1``, the (arm, seed) pairs missing from the checkpoint cache are first trained
-    in that many processes side by side (each on one thread, saving its checkpoint) and then
-    loaded in order: the same models as one after another, in less time where that many
-    cores are free.
+    in that many processes side by side (``runtime.side_by_side``; each saves its checkpoint)
+    and then loaded in order: the same models as one after another, in less time.
 
     Shapes: none (one list of ``TranslationSetup`` per arm, one per seed).
     """
@@ -408,9 +405,7 @@ def train_translation_arms(
             if not path.exists():
                 jobs.append((seed, every))
     if workers > 1 and len(jobs) > 1:
-        spawn = multiprocessing.get_context("spawn")  # safe with CUDA and on every platform
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=spawn) as pool:
-            list(pool.map(_train_one, [corpus] * len(jobs), jobs))
+        side_by_side(_train_one, [{"corpus": corpus, "job": job} for job in jobs], workers=workers)
     return {
         arm: train_translation_models(seeds, corpus, **{**common, **kw}) for arm, kw in arms.items()
     }
