@@ -6,10 +6,12 @@ core keeps it busy, in this process (setting the threads again under the load, a
 that starts then would) and in a fresh process started in each state, with the runtime's
 own choice (the test runner's ``OMP_NUM_THREADS`` removed). The fresh processes import torch
 and take a first optimiser step beforehand, so that the busy one spends the load importing
-the package and training, not starting torch. Every run must give the same bits. The
-training is big enough that another thread count gives other bits, which the test checks
-too: else it could not fail. It takes seconds on a quiet machine and more on a busy one, and
-keeps every core busy for a few of them, so it is in the slow tier.
+the package and training, not starting torch. The busy state also reports the load average
+such load leaves after a minute (its loops last seconds), so a runtime that read the load
+would see it. Every run must give the same bits. The training is big enough that another
+thread count gives other bits, which the test checks too: else it could not fail. It takes
+seconds on a quiet machine and more on a busy one, and keeps every core busy for a few of
+them, so it is in the slow tier.
 """
 
 import os
@@ -70,11 +72,18 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
 
 
-def _fresh_process() -> subprocess.Popen:
+# What the load average reads after a minute of such load: the busy loops of this test last
+# seconds, too short to move it, so the busy state reports it as well (a runtime that read the
+# load would see a busy machine).
+BUSY_LOADAVG = "import os\nos.getloadavg = lambda: (4.0 * (os.cpu_count() or 1),) * 3\n"
+
+
+def _fresh_process(busy: bool = False) -> subprocess.Popen:
     """A new Python that has imported torch and run one optimiser step (the slow first calls)
     and waits: it imports the package, and with it the runtime's thread setting, and trains
-    when ``_finish`` tells it to."""
+    when ``_finish`` tells it to. ``busy``: it reads the load average of a busy machine."""
     code = WARM_UP + "print('ready', flush=True)\nsys.stdin.readline()\n"
+    code += BUSY_LOADAVG if busy else ""
     code += WORKLOAD + "\nprint(trained())\n"
     process = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -95,7 +104,7 @@ def _finish(process: subprocess.Popen) -> str:
 
 
 @contextmanager
-def _busy():
+def _busy(monkeypatch):
     """One single-threaded matrix-multiply loop per core, as another notebook or test run
     would load a shared machine."""
     env = {**_env(), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -104,6 +113,7 @@ def _busy():
     ]
     try:
         time.sleep(1.0)  # the loops are running
+        monkeypatch.setattr(os, "getloadavg", lambda: (4.0 * (os.cpu_count() or 1),) * 3)
         yield
     finally:
         for p in load:
@@ -123,15 +133,15 @@ def own_choice(monkeypatch):
 
 
 @pytest.mark.slow  # it loads every core on purpose, which slows whatever runs beside it
-def test_same_seeds_give_the_same_bits_quiet_and_busy(own_choice):
+def test_same_seeds_give_the_same_bits_quiet_and_busy(own_choice, monkeypatch):
     namespace = {}
     exec(WORKLOAD, namespace)  # noqa: S102 - the same code the fresh processes run
     trained = namespace["trained"]
-    quiet_process, busy_process = _fresh_process(), _fresh_process()
+    quiet_process, busy_process = _fresh_process(), _fresh_process(busy=True)
     runtime.choose_threads()
     quiet = trained()
     quiet_fresh = _finish(quiet_process)
-    with _busy():
+    with _busy(monkeypatch):
         runtime.choose_threads()  # chosen again while the machine is busy
         busy = trained()
         busy_fresh = _finish(busy_process)  # imports the package while the machine is busy
