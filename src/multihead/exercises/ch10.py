@@ -26,29 +26,40 @@ def check_llama3_cache_bytes(answer: object) -> str:
     """
     if callable(answer):
         answer = refuse_reference(answer, cost)()  # kv_cache_bytes is the formula
-    c = LLAMA3_8B
-    per_token = 2 * c["n_layers"] * c["n_kv_heads"] * c["d_head"] * 2
-    want = per_token * c["tokens"]
     expect(
         isinstance(answer, (int, float)) and not isinstance(answer, bool),
         f"give a number of bytes, got {type(answer).__name__}",
     )
+    return cache_bytes_answer(answer, LLAMA3_8B, "Llama 3 8B", "exactly 1 GiB")
+
+
+def cache_bytes_answer(answer: float, c: dict, model: str, size: str) -> str:
+    """The verdict on ``answer``, a model's KV cache in 16 bits for one sequence (``c``: its
+    layers, query and key/value heads, head size and tokens): ``ok`` naming ``size`` (the
+    answer in words), or the hint of the common slip the answer matches.
+
+    Shapes: none.
+    """
+    per_token = 2 * c["n_layers"] * c["n_kv_heads"] * c["d_head"] * 2
+    want = per_token * c["tokens"]
     if answer == want:
-        return ok(f"{want:,} bytes, exactly 1 GiB ({per_token:,} bytes per token).")
+        return ok(f"{want:,} bytes, {size} ({per_token:,} bytes per token).")
     wrong = {
-        want * c["n_heads"] // c["n_kv_heads"]: "that counts a key and a value for each of the "
-        "32 query heads; Llama 3 8B caches only its 8 key/value heads",
-        want // 2: "a token keeps a key AND a value in every layer and head: the factor 2",
-        per_token: "that is the cache of one token; the sequence has 8,192",
+        want * c["n_heads"] // c["n_kv_heads"]: f"that counts a key and a value for each of the "
+        f"{c['n_heads']} query heads; {model} caches only its {c['n_kv_heads']} key/value heads",
+        want // 2: "a token keeps a key AND a value in every layer and key/value head: the "
+        "factor 2",
+        per_token: f"that is the cache of one token; the sequence has {c['tokens']:,}",
         want * 8: "that is bits; a 16-bit number takes 2 bytes",
         want * 2: "16-bit numbers take 2 bytes each, not 4",
-        want // c["n_layers"]: "every one of the 32 layers keeps its own keys and values",
+        want // c["n_layers"]: f"every one of the {c['n_layers']} layers keeps its own keys and "
+        "values",
     }
     for value, hint in wrong.items():
         if math.isclose(float(answer), value, rel_tol=1e-9):
             raise AssertionError(hint)
     raise AssertionError(
-        f"expected 2 x layers x key/value heads x head size x bytes per number x tokens; "
+        "expected 2 x layers x key/value heads x head size x bytes per number x tokens; "
         f"got {answer:,}"
     )
 

@@ -3,7 +3,6 @@ a cache of patterns, the mean-pooling of key/value heads, and the rank a trained
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -11,6 +10,7 @@ import torch
 from multihead.analysis import circuits, cost, headrank
 from multihead.core import convert
 from multihead.exercises._common import checker, expect, ok, refuse_reference, require_callable
+from multihead.exercises.ch10 import cache_bytes_answer
 
 SMOLLM2 = {"n_layers": 30, "n_heads": 9, "n_kv_heads": 3, "d_head": 64, "tokens": 8192}
 
@@ -28,28 +28,7 @@ def check_smollm2_cache_bytes(answer: object) -> str:
         isinstance(answer, (int, float)) and not isinstance(answer, bool),
         f"give a number of bytes, got {type(answer).__name__}",
     )
-    c = SMOLLM2
-    per_token = 2 * c["n_layers"] * c["n_kv_heads"] * c["d_head"] * 2
-    want = per_token * c["tokens"]
-    if answer == want:
-        return ok(f"{want:,} bytes, 180 MiB ({per_token:,} bytes per token).")
-    wrong = {
-        want * c["n_heads"] // c["n_kv_heads"]: "that counts a key and a value for each of "
-        "the 9 query heads; the 9 share 3 key/value heads, and only those are cached",
-        want // 2: "a token keeps a key AND a value in every layer and key/value head: the "
-        "factor 2",
-        per_token: "that is the cache of one token; the sequence has 8,192",
-        want * 8: "that is bits; a 16-bit number takes 2 bytes",
-        want * 2: "16-bit numbers take 2 bytes each, not 4",
-        want // c["n_layers"]: "every one of the 30 layers keeps its own keys and values",
-    }
-    for value, hint in wrong.items():
-        if math.isclose(float(answer), value, rel_tol=1e-9):
-            raise AssertionError(hint)
-    raise AssertionError(
-        "expected 2 x layers x key/value heads x head size x bytes per number x tokens; "
-        f"got {answer:,}"
-    )
+    return cache_bytes_answer(answer, SMOLLM2, "SmolLM2", "180 MiB")
 
 
 def _planted_patterns(segment: int, gen: torch.Generator) -> tuple[torch.Tensor, list]:
