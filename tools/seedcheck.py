@@ -40,6 +40,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -157,7 +158,9 @@ def run_offset(offset: int, paths: list[str], full: bool, folder: str) -> dict:
         }
         nb = rewritten(path)
         client = NotebookClient(nb, timeout=3600, kernel_name="python3", allow_errors=True)
+        start = time.perf_counter()
         client.execute(cwd=str(path.parent), env={**os.environ, **env})
+        seconds = time.perf_counter() - start
         errors, code = [], -1
         for cell in nb.cells[:1] + nb.cells[2:]:  # the recorder cell is not counted
             if cell.cell_type != "code":
@@ -179,6 +182,7 @@ def run_offset(offset: int, paths: list[str], full: bool, folder: str) -> dict:
             "verdicts": verdicts,
             "errors": errors,
             "full": full,
+            "seconds": round(seconds, 1),  # wall time of the run, kernel start included
         }
     return results
 
@@ -404,7 +408,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int,
         for offset, future in futures.items():
             sweep[offset] = future.result()
             errors = {n: r["errors"] for n, r in sweep[offset].items() if r["errors"]}
-            print(f"offset {offset}: done; cells that raised: {errors or 'none'}", flush=True)
+            times = ", ".join(f"{n} {r['seconds']:.0f} s" for n, r in sweep[offset].items())
+            print(f"offset {offset}: done ({times}); cells that raised: {errors or 'none'}",
+                  flush=True)  # fmt: skip
     return sweep
 
 
