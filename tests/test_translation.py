@@ -181,10 +181,18 @@ def test_train_translation_arms_in_two_processes_trains_the_same_models(tmp_path
         train_translation_arms(arms, [3], corpus, workers=0, **common)
     with pytest.raises(TypeError, match="arms"):
         train_translation_arms({}, [3], corpus, **common)
+    # train_translation_models(..., workers=2): the seeds side by side, the same models
+    monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "models"))
+    two = train_translation_models([3, 5], corpus, model_cfg, tcfg, name="arms", workers=2)
+    assert len(list((tmp_path / "models").iterdir())) == 2
+    for a, b in zip(two, in_turn["plain"], strict=True):
+        assert _same_weights(a.model, b.model) and a.history.loss == b.history.loss
 
 
 def test_train_translation_models_rejects_bad_input():
     corpus, model_cfg, tcfg = _tiny()
+    with pytest.raises(ValueError, match="workers"):
+        train_translation_models([0], corpus, model_cfg, tcfg, workers=0)
     with pytest.raises(TypeError, match="corpus"):
         train_translation_models([0], corpus.train)
     small = ModelConfig(10, d_model=16, n_heads=2, n_classes=10)

@@ -10,6 +10,7 @@ read them::
 
     python -m tools.verdicts --publish    # writes src/multihead/viz/book_verdicts.json
     python -m tools.verdicts --counts     # verdict counts per chapter, stability shares
+    python -m tools.verdicts --competence # seeds that passed each competence check
     python -m tools.verdicts --counts --sweep old.json --notebooks-at 3f58eab
 
 A claim with no record anywhere (a stated word, or runs made before records existed) keeps
@@ -193,6 +194,38 @@ def counts(rows: dict) -> str:
     return "\n".join(lines)
 
 
+def _checks(record: dict):
+    """Every competence check in a record (a combined record holds one per condition)."""
+    yield from record.get("competence") or []
+    for _, sub in record.get("conditions") or []:
+        yield from _checks(sub)
+
+
+def competence_table(notebooks: dict[str, dict], sweep: dict) -> str:
+    """Per chapter and competence check: how many seeds (or folds, windows) passed, at the
+    book's seed set and at each full-mode seed set of the sweep, as markdown."""
+    found: dict = {}  # (chapter, task) -> {offset: (passed, n)}
+    glued = notebook_glue(notebooks)
+    for claim in sorted(glued, key=_chapter_key):
+        sets = {o: e.get("record") for o, e in sweep.get(claim, {}).get("full", {}).items()}
+        sets[BOOK_OFFSET] = glued[claim].get("record")
+        for offset, record in sets.items():
+            for check in _checks(record or {}):
+                passed = sum(
+                    (v >= check["threshold"]) if check["higher"] else (v <= check["threshold"])
+                    for v in check["values"]
+                )
+                key = (claim.split("-")[0][2:], check["task"])
+                found.setdefault(key, {}).setdefault(offset, (passed, len(check["values"])))
+    lines = ["| chapter | the baseline ... | book's set | other seed sets |", "|---|---|---|---|"]
+    for (chapter, task), by in found.items():
+        book = "{}/{}".format(*by[BOOK_OFFSET]) if BOOK_OFFSET in by else "-"
+        others = ", ".join(f"{o}: {p}/{n}" for o, (p, n) in sorted(by.items(), key=lambda t:
+                           int(t[0])) if o != BOOK_OFFSET)  # fmt: skip
+        lines.append(f"| {chapter} | {task} | {book} | {others or '-'} |")
+    return "\n".join(lines)
+
+
 def _share(k: int, n: int) -> str:
     return f"{100 * k / n:.0f}%" if n else "none to count"
 
@@ -205,12 +238,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.verdicts", description=__doc__)
     parser.add_argument("--publish", action="store_true", help=f"write {PACKAGE.name}")
     parser.add_argument("--counts", action="store_true", help="print counts and stability")
+    parser.add_argument("--competence", action="store_true",
+                        help="print how many seeds passed each competence check")  # fmt: skip
     parser.add_argument("--sweep", type=Path, default=SWEEP, help="the sweep's verdicts file")
     parser.add_argument("--notebooks-at", default=None, help="read the notebooks at a commit")
     args = parser.parse_args(argv)
-    if not (args.publish or args.counts):
-        parser.error("give --publish or --counts")
-    rows = publish(read_notebooks(ROOT, args.notebooks_at), load_sweep(args.sweep))
+    if not (args.publish or args.counts or args.competence):
+        parser.error("give --publish, --counts or --competence")
+    notebooks, sweep = read_notebooks(ROOT, args.notebooks_at), load_sweep(args.sweep)
+    if args.competence:
+        print(competence_table(notebooks, sweep))
+        if not (args.publish or args.counts):
+            return 0
+    rows = publish(notebooks, sweep)
     if args.publish:
         write_package(rows)
         print(f"published words of {len(rows)} claims in {PACKAGE.relative_to(ROOT)}")

@@ -385,10 +385,13 @@ def coref_configs(corpus: Corpus) -> tuple[ModelConfig, TrainConfig]:
     return model_cfg, train_cfg
 
 
-def train_coref_models(seeds: Sequence[int], data: CorefCorpus, *, progress: bool = True):
+def train_coref_models(
+    seeds: Sequence[int], data: CorefCorpus, *, progress: bool = True, workers: int = 1
+):
     """``translation.train_translation_models`` on the coreference corpus with
     ``coref_configs``: one model per seed, each checkpoint cached under
-    a name that holds the corpus digest (so a changed generator never loads a stale model).
+    a name that holds the corpus digest (so a changed generator never loads a stale model);
+    ``workers > 1`` trains the missing seeds side by side.
 
     Shapes: none (a list of ``translation.TranslationSetup``, one per seed).
     """
@@ -402,6 +405,7 @@ def train_coref_models(seeds: Sequence[int], data: CorefCorpus, *, progress: boo
         train_config=train_cfg,
         name=f"coref_{data.digest}",
         progress=progress,
+        workers=workers,
     )
 
 

@@ -322,9 +322,12 @@ def train_translation_models(
     on_step: Callable[[nn.Module, int], None] | None = None,
     on_step_key: object = None,
     eval_split: str | None = None,
+    workers: int = 1,
 ) -> list[TranslationSetup]:
     """The chapter's translation model, trained once per seed (``core.train.train_seeds``)
-    and kept in the checkpoint cache, so later chapters load the same models.
+    and kept in the checkpoint cache, so later chapters load the same models. With
+    ``workers > 1`` the seeds missing from the cache train in that many processes side by
+    side (``train_translation_arms``): the same models, in less time.
 
     ``corpus`` defaults to ``translation_corpus()``; the sizes default to
     ``default_configs(corpus)``, which follow the mode. Seed ``s`` starts from
@@ -340,6 +343,13 @@ def train_translation_models(
     """
     if on_step is not None and on_step_key is None:
         raise ValueError("on_step needs on_step_key, a description of it for the checkpoint key")
+    if check_positive_int("workers", workers) > 1:
+        kwargs = {"model_config": model_config, "train_config": train_config, "name": name,
+                  "progress": progress, "on_step": on_step, "on_step_key": on_step_key,
+                  "eval_split": eval_split}  # fmt: skip
+        arms = train_translation_arms({name: kwargs}, seeds, corpus or translation_corpus(),
+                                      workers=workers)  # fmt: skip
+        return arms[name]
     if eval_split not in (None, "train", "valid", "test"):
         raise ValueError(f"eval_split={eval_split!r} must be None, 'train', 'valid' or 'test'")
     corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
