@@ -37,20 +37,20 @@ def test_a_claim_pools_the_books_run_with_the_sweeps_seed_sets():
     modes = {
         "full": {
             "4987": {"word": "reproduced", "record": _record([0.2, 0.25, 0.3, 0.22, 0.27], 4987)},
-            "7987": {"word": "partly"},  # an older run without a record: shown, not pooled
+            "7987": {"word": "partly"},  # a run of an earlier design: shown apart, not pooled
         },
         "fast": {"0": {"word": "no clear effect"}, "300": {"word": "partly"}},
     }
     row = verdicts.entry(book, modes)
     assert row["pooled"] == ["0", "4987"] and row["seeds"] == 10
     assert row["basis"] == "10 seeds in 2 seed sets" and row["word"] == "reproduced"
-    assert row["sets"] == {"0": "partly", "4987": "reproduced", "7987": "partly"}
+    assert row["sets"] == {"0": "partly", "4987": "reproduced"}
+    assert row["earlier"] == {"7987": "partly"}  # not counted among the current design's sets
     assert row["loo"] is False  # the book's set alone says partly
     lines = stability.describe(row)
     assert lines[0].startswith("pooled: +0.186 (95% interval")
-    assert lines[1] == (
-        "each seed set's word: same at 1 of 3 (partly at the book's seeds; partly at offset 7987)"
-    )
+    assert lines[1] == "each seed set's word: same at 1 of 2 (partly at the book's seeds)"
+    assert "runs of an earlier design of the experiment, not pooled: partly at offset 7987" in lines
     assert "leaving out one seed set changes the pooled word" in lines
     assert lines[-1] == "fast mode: same word at 0 of 2 seed sets"
     # a sweep set judged by another minimal size is left out and named
@@ -82,6 +82,25 @@ def test_counts_print_words_per_chapter_and_the_stability_shares():
     assert text.splitlines()[0] == "| chapter | partly | proved and checked | total |"
     assert "| all | 1 | 1 | 2 |" in text
     assert "the pooled word stays when any one seed set is left out: 0 of 1" in text
+
+
+def test_competence_table_counts_the_passing_seeds_of_each_check_per_seed_set():
+    from multihead.analysis.verdict import competence, judge, number_seeds, per_seed
+
+    def record(values, losses, offset):
+        ok = competence("the baseline learned it", losses, measure="loss", at_most=0.1)
+        return number_seeds(judge(per_seed(values, claimed="higher"), minimal=0.1,
+                                  competence=ok).record(), offset)  # fmt: skip
+
+    book = record([0.2, 0.3, 0.25], [0.01, 0.5, 0.02], 0)  # 2 of 3 pass
+    out = {
+        "metadata": {"scrapbook": {"name": "claim_ch3_a_record"}},
+        "data": {"application/papermill.record/text/plain": repr(json.dumps(book))},
+    }
+    notebooks = {"03.ipynb": {"cells": [{"outputs": [out]}]}}
+    sweep = {"ch3-a": {"full": {"500": {"record": record([0.2, 0.3, 0.25], [0.01] * 3, 500)}}}}
+    table = verdicts.competence_table(notebooks, sweep)
+    assert table.splitlines()[-1] == "| 3 | the baseline learned it | 2/3 | 500: 3/3 |"
 
 
 def test_counts_tabulate_each_chapter_and_the_total_by_word():

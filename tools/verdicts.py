@@ -14,7 +14,9 @@ read them::
     python -m tools.verdicts --counts --sweep old.json --notebooks-at 3f58eab
 
 A claim with no record anywhere (a stated word, or runs made before records existed) keeps
-the word its notebook glued. ``--counts`` prints how many claims of each chapter get each
+the word its notebook glued. Where the book's run has a record, a seed set with a word alone is
+a run of an earlier design of the experiment: listed apart (``earlier``), never pooled or
+counted among the seed sets. ``--counts`` prints how many claims of each chapter get each
 word, how many empirical rows rest on 10 seeds or more, the share of empirical rows whose
 every full-mode seed set gives the published word, and the share whose pooled word stays
 the same when any one seed set is left out.
@@ -111,13 +113,20 @@ def entry(book: dict, modes: dict) -> dict:
     elif BOOK_OFFSET not in full and book.get("word"):
         full[BOOK_OFFSET] = {"word": book["word"]}
     order = sorted(full, key=int)
+    # Where the book's run logs per-seed records, a seed set with a word alone is a run made
+    # before records existed, of an earlier design of the experiment: shown apart as
+    # "earlier", never pooled, and not counted among the seed sets of the current design.
+    earlier = {}
+    if book.get("record") is not None:
+        earlier = {o: full.pop(o)["word"] for o in order if not full[o].get("record")}
+        order = [o for o in order if o not in earlier]
     sets = {}
     for o in order:
         rec = full[o].get("record")
         sets[o] = pool([rec]).word if rec else full[o]["word"]
     row = {"word": book.get("word"), "basis": "the book's run", "effect": None, "seeds": None,
            "sets": sets, "fast": {o: e["word"] for o, e in modes.get("fast", {}).items()},
-           "pooled": [], "stale": [], "others": "", "loo": None,
+           "pooled": [], "stale": [], "others": "", "loo": None, "earlier": earlier,
            "recorded": [o for o in order if full[o].get("record")]}  # fmt: skip
     if book.get("word") in STATED or not any(full[o].get("record") for o in order):
         return row

@@ -49,6 +49,11 @@ def describe(row: dict) -> list[str]:
             lines[-1] += ", by the rule before per-seed records"
     elif not row.get("effect"):
         lines.append("other seed sets not yet run in full mode")
+    earlier = row.get("earlier") or {}
+    if earlier:
+        runs = "; ".join(f"{w} at {_set_name(o)}" for o, w in sorted(earlier.items(),
+                         key=lambda t: int(t[0])))  # fmt: skip
+        lines.append(f"runs of an earlier design of the experiment, not pooled: {runs}")
     if row.get("loo") is False:
         lines.append("leaving out one seed set changes the pooled word")
     if row.get("others"):
