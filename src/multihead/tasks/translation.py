@@ -324,10 +324,9 @@ def train_translation_models(
     eval_split: str | None = None,
     workers: int = 1,
 ) -> list[TranslationSetup]:
-    """The chapter's translation model, trained once per seed (``core.train.train_seeds``)
-    and kept in the checkpoint cache, so later chapters load the same models. With
-    ``workers > 1`` the seeds missing from the cache train in that many processes side by
-    side (``train_translation_arms``): the same models, in less time.
+    """The chapter's translation model, trained once per seed (``core.train.train_seeds``; with
+    ``workers > 1``, the seeds missing from the cache side by side, ``train_translation_arms``)
+    and kept in the checkpoint cache, so later chapters load the same models.
 
     ``corpus`` defaults to ``translation_corpus()``; the sizes default to
     ``default_configs(corpus)``, which follow the mode. Seed ``s`` starts from
@@ -347,9 +346,8 @@ def train_translation_models(
         kwargs = {"model_config": model_config, "train_config": train_config, "name": name,
                   "progress": progress, "on_step": on_step, "on_step_key": on_step_key,
                   "eval_split": eval_split}  # fmt: skip
-        arms = train_translation_arms({name: kwargs}, seeds, corpus or translation_corpus(),
-                                      workers=workers)  # fmt: skip
-        return arms[name]
+        corpus = translation_corpus() if corpus is None else corpus
+        return train_translation_arms({name: kwargs}, seeds, corpus, workers=workers)[name]
     if eval_split not in (None, "train", "valid", "test"):
         raise ValueError(f"eval_split={eval_split!r} must be None, 'train', 'valid' or 'test'")
     corpus, model_cfg, train_cfg = _setup_configs(corpus, model_config, train_config)
