@@ -103,6 +103,34 @@ def test_competence_table_counts_the_passing_seeds_of_each_check_per_seed_set():
     assert table.splitlines()[-1] == "| 3 | the baseline learned it | 2/3 | 500: 3/3 |"
 
 
+def test_publishing_quotes_the_new_word_beside_each_claim_in_the_committed_outputs(tmp_path):
+    run = (
+        "claim ch3-a: partly (evidence; effect +0.2)\n"
+        "    this run (full mode, seed offset 0): partly; the book (5 seeds): reproduced\n"
+        "claim ch3-b: ruled out (x)\n"
+        "    this run (full mode, seed offset 0): ruled out; the book has no word for this "
+        "claim yet\nother output\n"
+    )
+    cell = {"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout",
+                                             "text": run.splitlines(keepends=True)}]}  # fmt: skip
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / "03_x.ipynb"
+    path.write_text(json.dumps({"cells": [cell]}, indent=1) + "\n")
+    rows = {"ch3-a": {"basis": "10 seeds in 2 seed sets", "word": "partly"},
+            "ch3-b": {"basis": "5 seeds", "word": "ruled out"}}  # fmt: skip
+    assert verdicts.quote_published(rows, tmp_path) == ["03_x.ipynb"]
+    text = "".join(json.loads(path.read_text())["cells"][0]["outputs"][0]["text"])
+    assert text == (
+        "claim ch3-a: partly (evidence; effect +0.2)\n"
+        "    this run (full mode, seed offset 0): partly; the book (10 seeds in 2 seed sets): "
+        "partly\n"
+        "claim ch3-b: ruled out (x)\n"
+        "    this run (full mode, seed offset 0): ruled out; the book (5 seeds): ruled out\n"
+        "other output\n"
+    )
+    assert verdicts.quote_published(rows, tmp_path) == []  # a second pass changes nothing
+
+
 def test_counts_tabulate_each_chapter_and_the_total_by_word():
     words = {"ch1-a": "reproduced", "ch1-b": "proved and checked", "ch2-a": "ruled out",
              "ch10-a": "no clear effect", "ch2-b": "contradicted"}  # fmt: skip

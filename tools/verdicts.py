@@ -14,12 +14,14 @@ read them::
     python -m tools.verdicts --counts --sweep old.json --notebooks-at 3f58eab
 
 A claim with no record anywhere (a stated word, or runs made before records existed) keeps
-the word its notebook glued. Where the book's run has a record, a seed set with a word alone is
-a run of an earlier design of the experiment: listed apart (``earlier``), never pooled or
-counted among the seed sets. ``--counts`` prints how many claims of each chapter get each
-word, how many empirical rows rest on 10 seeds or more, the share of empirical rows whose
-every full-mode seed set gives the published word, and the share whose pooled word stays
-the same when any one seed set is left out.
+the word its notebook glued. ``--publish`` also rewrites, in the committed notebooks'
+outputs, the line beside each claim that quotes the book's word (what a run after publishing
+prints there; the run's own word and record are left as they were). Where the book's run has
+a record, a seed set with a word alone is a run of an earlier design of the experiment:
+listed apart (``earlier``), never pooled or counted among the seed sets. ``--counts`` prints
+how many claims of each chapter get each word, how many empirical rows rest on 10 seeds or
+more, the share of empirical rows whose every full-mode seed set gives the published word,
+and the share whose pooled word stays the same when any one seed set is left out.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -243,6 +246,46 @@ def write_package(rows: dict, path: Path = PACKAGE) -> None:
     path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
 
 
+# "claim <id>: <the run's word> (...)" then "    this run (...): <word>; the book (<basis>):
+# <word>", as multihead.viz.claims prints them: the second line quotes the package.
+BESIDE = re.compile(r"(claim (ch[\w-]+): [^\n]*\n\s+this run \([^)]*\): [^;\n]+; )"
+                    r"the book (?:\([^)]*\): [^\n]+|has no word for this claim yet)")  # fmt: skip
+
+
+def quote_published(rows: dict, root: Path = ROOT) -> list[str]:
+    """Rewrite, in the committed notebooks' outputs, the line that quotes the book's word
+    beside a claim, from the package's published rows: what a run after ``--publish`` would
+    print there. The run's own word, evidence and record stay as the run made them. Returns
+    the notebooks changed.
+
+    Shapes: none.
+    """
+    changed = []
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        text = path.read_text()
+        nb = json.loads(text)
+        for cell in nb.get("cells", []):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") != "stream":
+                    continue
+                old = "".join(out["text"])
+
+                def quote(m: re.Match) -> str:
+                    row = rows.get(m.group(2))
+                    if row is None:
+                        return m.group(0)
+                    return f"{m.group(1)}the book ({row['basis']}): {row['word']}"
+
+                new = BESIDE.sub(quote, old)
+                if new != old:
+                    out["text"] = new.splitlines(keepends=True)
+        new_text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+        if new_text != text:
+            path.write_text(new_text)
+            changed.append(path.name)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.verdicts", description=__doc__)
     parser.add_argument("--publish", action="store_true", help=f"write {PACKAGE.name}")
@@ -263,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish:
         write_package(rows)
         print(f"published words of {len(rows)} claims in {PACKAGE.relative_to(ROOT)}")
+        if args.notebooks_at is None:
+            changed = quote_published(rows)
+            print(f"the book's words quoted again in {len(changed)} notebooks' outputs")
         stale = {c: r["stale"] for c, r in rows.items() if r["stale"]}
         if stale:
             print(f"seed sets left out as judged by another rule or overlapping: {stale}")
