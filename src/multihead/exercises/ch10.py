@@ -24,22 +24,23 @@ def check_llama3_cache_bytes(answer: object) -> str:
 
     Shapes: none.
     """
+    return cache_bytes_answer(answer, LLAMA3_8B, "Llama 3 8B", "exactly 1 GiB")
+
+
+def cache_bytes_answer(answer: object, c: dict, model: str, size: str) -> str:
+    """The verdict on ``answer``, a model's KV cache in 16 bits for one sequence (a number, or
+    a function of no arguments returning it; ``c``: the model's layers, query and key/value
+    heads, head size and tokens): ``ok`` naming ``size`` (the answer in words), or the hint of
+    the common slip the answer matches.
+
+    Shapes: none.
+    """
     if callable(answer):
         answer = refuse_reference(answer, cost)()  # kv_cache_bytes is the formula
     expect(
         isinstance(answer, (int, float)) and not isinstance(answer, bool),
         f"give a number of bytes, got {type(answer).__name__}",
     )
-    return cache_bytes_answer(answer, LLAMA3_8B, "Llama 3 8B", "exactly 1 GiB")
-
-
-def cache_bytes_answer(answer: float, c: dict, model: str, size: str) -> str:
-    """The verdict on ``answer``, a model's KV cache in 16 bits for one sequence (``c``: its
-    layers, query and key/value heads, head size and tokens): ``ok`` naming ``size`` (the
-    answer in words), or the hint of the common slip the answer matches.
-
-    Shapes: none.
-    """
     per_token = 2 * c["n_layers"] * c["n_kv_heads"] * c["d_head"] * 2
     want = per_token * c["tokens"]
     if answer == want:
