@@ -18,6 +18,8 @@ from multihead.core.decoder import Decoder
 FILE = Path(__file__).parent / "support" / "decoder_fingerprints.json"
 CIRCUITS = {"mlp": False, "norm": False}
 # name -> (vocab_size, max_len, d_model, n_layers, n_heads, keyword arguments), as built there
+# when the digests were taken (notebook 10's recall decoders have since grown to width 64 with
+# heads of size 8: these shapes still pin the decoder's code)
 BUILDS = {
     "nb10 grouped-query": (20, 16, 24, 2, 4, {"n_kv_heads": 2}),
     "nb10 latent": (20, 16, 24, 2, 4, {"d_latent": 8}),

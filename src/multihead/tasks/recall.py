@@ -18,13 +18,17 @@ y (batch, 4 * n_pairs) the value at each asked key of the second half, ``IGNORE`
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from multihead._checks import check_positive_int
-from multihead.core.train import IGNORE
+from multihead.core.config import TrainConfig
+from multihead.core.decoder import Decoder
+from multihead.core.train import IGNORE, History, train_seeds
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,48 @@ class RecallTask:
         y = torch.full_like(x, IGNORE)
         y[:, 2 * N :: 2] = asked_v  # at each asked key: its value (the next token)
         return x, y
+
+
+def train_recall_decoder(
+    task: RecallTask,
+    seed: int,
+    config: TrainConfig,
+    *,
+    width: Mapping[str, int],
+    layout: Mapping[str, int],
+    snapshot_at: int | None = None,
+) -> tuple[nn.Module, History, nn.Module | None]:
+    """One 2-layer ``Decoder`` trained on ``task`` from ``seed``: ``width`` gives ``d_model``,
+    ``n_heads`` and ``d_head`` (the feed-forward layer is twice ``d_model`` wide), ``layout``
+    the sharing (``{"n_kv_heads": k}`` or ``{"d_latent": c}``). With ``snapshot_at`` a copy of
+    the model after that many steps comes back too (``None`` otherwise). A function of the
+    package, so ``runtime.side_by_side`` can train several seeds and layouts at once: the
+    same model, bit for bit, as ``train_seeds([seed], ...)`` here.
+
+    Shapes: none (a model, its history, the snapshot).
+    """
+    if not isinstance(task, RecallTask):
+        raise TypeError(f"task must be a RecallTask, got {type(task).__name__}")
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    missing = {"d_model", "n_heads", "d_head"} - set(width)
+    if missing:
+        raise ValueError(f"width must give d_model, n_heads and d_head; missing {sorted(missing)}")
+    if snapshot_at is not None and not 0 <= snapshot_at <= config.steps:
+        raise ValueError(f"snapshot_at must lie in [0, config.steps={config.steps}]")
+    snaps: list[nn.Module] = []
+
+    def keep(model: nn.Module, step: int) -> None:  # before each step: ``step`` are done
+        if step == snapshot_at:
+            snaps.append(copy.deepcopy(model))
+
+    def make(_: int) -> nn.Module:
+        d = width["d_model"]
+        return Decoder(task.vocab_size, task.seq_len, d, 2, width["n_heads"],
+                       d_head=width["d_head"], d_ff=2 * d, **layout)  # fmt: skip
+
+    on_step = keep if snapshot_at is not None else None
+    (model,), (history,) = train_seeds([seed], make, task.sample, config, on_step=on_step)
+    if snapshot_at == config.steps and not snaps:  # ``on_step`` runs before each step only
+        snaps.append(copy.deepcopy(model))
+    return model, history, snaps[0] if snaps else None
