@@ -158,3 +158,37 @@ def test_the_sweep_file_gives_every_claim_three_other_fast_seed_sets():
 def test_every_published_row_has_its_lines(claim):
     row = json.loads(verdicts.PACKAGE.read_text())[claim]
     assert row["word"] and stability.describe(row)
+
+
+def _glued(claim, record):
+    """A notebook cell's outputs gluing ``claim``'s record and word, as ``claim`` does."""
+    from multihead.analysis.verdict import pool
+
+    name = "claim_" + claim.replace("-", "_")
+    texts = {"record": repr(json.dumps(record)), "verdict": repr(pool([record]).word)}
+    return [{"metadata": {"scrapbook": {"name": f"{name}_{field}"}},
+             "data": {"application/papermill.record/text/plain": text}}
+            for field, text in texts.items()]  # fmt: skip
+
+
+def test_power_simulates_seed_sets_of_each_size_from_the_pooled_seeds():
+    far = _record([0.5, 0.52, 0.48], 0)  # far beyond its minimal size 0.1: every set agrees
+    wide = _record([-0.1, 0.2, 0.05], 0)  # spread wide around half the minimal size
+    sweep = {
+        "ch2-far": {"full": {"100": {"record": _record([0.51, 0.49, 0.5], 100), "word": "x"}}},
+        "ch2-wide": {"full": {"100": {"record": _record([0.0, 0.1, 0.05], 100), "word": "x"}}},
+    }
+    notebooks = {}
+    for claim, rec in (("ch2-far", far), ("ch2-wide", wide)):
+        notebooks[f"{claim}.ipynb"] = {"cells": [{"outputs": _glued(claim, rec)}]}
+    rows = verdicts.publish(notebooks, sweep)
+    assert rows["ch2-wide"]["word"] == "no clear effect"
+    text = verdicts.power(rows, notebooks, sweep, sizes=(5, 20), draws=200)
+    lines = {
+        line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ch")
+    }
+    assert lines["ch2-far"].endswith("| 1.00 | 1.00 |")
+    five, twenty = (float(x) for x in lines["ch2-wide"].strip("| ").split(" | ")[2:])
+    # "no clear effect" says the evidence is short: larger sets give it less often
+    assert 0.5 < five < 0.95 and twenty < five - 0.3
+    assert "a set of 5 seeds gives the published word 9 times in 10 or more: 1 of 2 rows" in text

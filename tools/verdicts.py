@@ -11,6 +11,7 @@ read them::
     python -m tools.verdicts --publish    # writes src/multihead/viz/book_verdicts.json
     python -m tools.verdicts --counts     # verdict counts per chapter, stability shares
     python -m tools.verdicts --competence # seeds that passed each competence check
+    python -m tools.verdicts --power      # how often 5, 10, 20 seeds give each word
     python -m tools.verdicts --counts --sweep old.json --notebooks-at 3f58eab
 
 A claim with no record anywhere (a stated word, or runs made before records existed) keeps
@@ -22,6 +23,8 @@ listed apart (``earlier``), never pooled or counted among the seed sets. ``--cou
 how many claims of each chapter get each word, how many empirical rows rest on 10 seeds or
 more, the share of empirical rows whose every full-mode seed set gives the published word,
 and the share whose pooled word stays the same when any one seed set is left out.
+``--power`` simulates seed sets of 5, 10 and 20 seeds from each row's pooled seeds (a normal
+model) and prints how often each would give the published word.
 """
 
 from __future__ import annotations
@@ -286,17 +289,67 @@ def quote_published(rows: dict, root: Path = ROOT) -> list[str]:
     return changed
 
 
+def power(rows: dict, notebooks: dict[str, dict], sweep: dict, sizes=(5, 10, 20),
+          draws: int = 400, seed: int = 0) -> str:  # fmt: skip
+    """How often a seed set of each size in ``sizes`` would give each row its published word,
+    under a normal model of the seeds: the pooled mean and per-seed spread of the row's
+    primary condition, judged at the row's level by the row's rule (``draws`` simulated
+    sets per size). Rows judged by a share or a correlation are left out. A word that says the
+    evidence is short (*no clear effect*, *partly*) becomes rarer as sets grow: the share of
+    rows that every set agrees on need not rise with the seeds.
+
+    Shapes: none.
+    """
+    import random
+
+    from multihead.analysis.effects import per_seed
+    from multihead.analysis.verdict import judge, pool
+
+    rng, glued, lines, hits = random.Random(seed), notebook_glue(notebooks), [], {}
+    for claim, row in rows.items():
+        if row["word"] in STATED or row["effect"] is None or len(row["pooled"]) < 2:
+            continue
+        full = {BOOK_OFFSET: glued[claim]["record"], **{o: e["record"] for o, e in
+                sweep.get(claim, {}).get("full", {}).items() if e.get("record")}}  # fmt: skip
+        v = pool([full[o] for o in row["pooled"]])
+        prim = dict(v.conditions)[v.primary] if v.conditions else v
+        if prim.effect.kind != "mean" or prim.word == "not at this scale":
+            continue
+        values = [x for s in prim.effect.sets for x in s.values]
+        mean = sum(values) / len(values)
+        sd = (sum((x - mean) ** 2 for x in values) / (len(values) - 1)) ** 0.5
+        p = {}
+        for n in sizes:
+            same = 0
+            for _ in range(draws):
+                e = per_seed([rng.gauss(mean, sd) for _ in range(n)], claimed=prim.effect.claimed,
+                             reference=prim.effect.reference).at(prim.effect.level)  # fmt: skip
+                same += judge(e, minimal=prim.minimal, margin=prim.margin).word == prim.word
+            p[n] = same / draws
+        hits[claim] = p
+        shares = " | ".join(f"{p[n]:.2f}" for n in sizes)
+        lines.append(f"| {claim} | {prim.word} | {shares} |")
+    head = ["| claim | published word | " + " | ".join(f"{n} seeds" for n in sizes) + " |",
+            "|---" * (2 + len(sizes)) + "|"]  # fmt: skip
+    tail = [f"a set of {n} seeds gives the published word 9 times in 10 or more: "
+            f"{sum(p[n] >= 0.9 for p in hits.values())} of {len(hits)} rows"
+            for n in sizes]  # fmt: skip
+    return "\n".join(head + lines + [""] + tail)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.verdicts", description=__doc__)
     parser.add_argument("--publish", action="store_true", help=f"write {PACKAGE.name}")
     parser.add_argument("--counts", action="store_true", help="print counts and stability")
     parser.add_argument("--competence", action="store_true",
                         help="print how many seeds passed each competence check")  # fmt: skip
+    parser.add_argument("--power", action="store_true",
+                        help="how often 5, 10 or 20 seeds give each published word")  # fmt: skip
     parser.add_argument("--sweep", type=Path, default=SWEEP, help="the sweep's verdicts file")
     parser.add_argument("--notebooks-at", default=None, help="read the notebooks at a commit")
     args = parser.parse_args(argv)
-    if not (args.publish or args.counts or args.competence):
-        parser.error("give --publish, --counts or --competence")
+    if not (args.publish or args.counts or args.competence or args.power):
+        parser.error("give --publish, --counts, --competence or --power")
     notebooks, sweep = read_notebooks(ROOT, args.notebooks_at), load_sweep(args.sweep)
     if args.competence:
         print(competence_table(notebooks, sweep))
@@ -314,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed sets left out as judged by another rule or overlapping: {stale}")
     if args.counts:
         print(counts(rows))
+    if args.power:
+        print(power(rows, notebooks, sweep))
     return 0
 
 
