@@ -3,6 +3,7 @@ decoders side by side."""
 
 import pytest
 import torch
+from support.models import same_weights
 
 from multihead.core.config import TrainConfig
 from multihead.core.decoder import Decoder
@@ -35,11 +36,6 @@ def test_the_task_checks_its_sizes():
         TASK.sample(2, 0)
 
 
-def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-
-
 @pytest.mark.parametrize("layout", [{"n_kv_heads": 2}, {"d_latent": 8}])
 def test_train_recall_decoder_is_train_seeds_bit_for_bit(layout):
     def make(_):
@@ -47,7 +43,7 @@ def test_train_recall_decoder_is_train_seeds_bit_for_bit(layout):
 
     (expected,), (history,) = train_seeds([3], make, TASK.sample, CONFIG)
     model, got_history, snapshot = train_recall_decoder(TASK, 3, CONFIG, width=WIDTH, layout=layout)
-    assert snapshot is None and _same(model, expected) and got_history.loss == history.loss
+    assert snapshot is None and same_weights(model, expected) and got_history.loss == history.loss
 
 
 def test_the_snapshot_is_the_shorter_run():
@@ -56,11 +52,11 @@ def test_the_snapshot_is_the_shorter_run():
     _, history, snapshot = train_recall_decoder(
         TASK, 1, longer, width=WIDTH, layout={"n_kv_heads": 1}, snapshot_at=CONFIG.steps
     )
-    assert _same(snapshot, short) and len(history.loss) == longer.steps
+    assert same_weights(snapshot, short) and len(history.loss) == longer.steps
     _, _, last = train_recall_decoder(
         TASK, 1, CONFIG, width=WIDTH, layout={"n_kv_heads": 1}, snapshot_at=CONFIG.steps
     )
-    assert _same(last, short)
+    assert same_weights(last, short)
 
 
 @pytest.mark.slow
@@ -72,7 +68,7 @@ def test_side_by_side_trains_the_same_models():
     apart = side_by_side(train_recall_decoder, jobs, workers=2)
     here = [train_recall_decoder(**job) for job in jobs]
     for (model, history, _), (again, again_history, _) in zip(apart, here, strict=True):
-        assert _same(model, again) and history.loss == again_history.loss
+        assert same_weights(model, again) and history.loss == again_history.loss
 
 
 @pytest.mark.parametrize(

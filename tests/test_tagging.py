@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from support.models import same_weights
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import init_model
@@ -45,11 +46,6 @@ def test_build_tagger_is_reproducible_and_patterns_have_layers(corpus):
     assert torch.allclose(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5)
 
 
-def _same_weights(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[n].cpu(), sb[n].cpu()) for n in sa)
-
-
 def test_train_taggers_learns_and_caches(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path))
     cfg = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)
@@ -59,7 +55,7 @@ def test_train_taggers_learns_and_caches(corpus, tmp_path, monkeypatch):
     (model,) = train_taggers([0], corpus, train_data, cfg, tcfg, name="t")
     assert tagger_accuracy(model, valid) > before + 0.2
     (again,) = train_taggers([0], corpus, train_data, cfg, tcfg, name="t")  # from the cache
-    assert _same_weights(model, again)
+    assert same_weights(model, again)
 
 
 def test_train_taggers_trains_each_seed_alone_and_caches_each(corpus, tmp_path, monkeypatch):
@@ -76,8 +72,8 @@ def test_train_taggers_trains_each_seed_alone_and_caches_each(corpus, tmp_path, 
         alone = build_tagger(cfg, seed)
         train(alone, tagging_sampler(train_data), replace(tcfg, seed=seed), loss_fn=tagging_loss,
               progress=False)  # fmt: skip
-        assert _same_weights(model, alone) and not model.training
-    assert not _same_weights(*models)
+        assert same_weights(model, alone) and not model.training
+    assert not same_weights(*models)
     trained, real = [], core_train.train
 
     def counting(model, sample, cfg, **kwargs):
@@ -86,7 +82,7 @@ def test_train_taggers_trains_each_seed_alone_and_caches_each(corpus, tmp_path, 
 
     monkeypatch.setattr(core_train, "train", counting)
     again = train_taggers([5, 7], corpus, train_data, cfg, tcfg)
-    assert trained == [7] and _same_weights(again[0], models[1])  # seed 5 from the cache
+    assert trained == [7] and same_weights(again[0], models[1])  # seed 5 from the cache
     assert len(list(tmp_path.iterdir())) == 3
     shallow = tagger_config(corpus, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     train_taggers([5], corpus, train_data, shallow, tcfg)  # another config: its own checkpoint

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.models import same_weights
 
 import multihead
 from multihead.core.config import ModelConfig, TrainConfig
@@ -166,11 +167,6 @@ def test_a_new_or_removed_training_module_changes_the_fingerprint(tmp_path):
     assert len({before, added, code_fingerprint(pkg)}) == 3
 
 
-def _same_weights(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[n].cpu(), sb[n].cpu()) for n in sa)
-
-
 CFG = ModelConfig(vocab_size=4, n_classes=16, d_model=32, n_heads=2, n_layers=1, max_len=8)
 CPU = torch.device("cpu")
 
@@ -192,14 +188,14 @@ def test_train_seeds_gives_each_seed_the_model_train_gives_it_alone():
         alone = EncoderModel(CFG)
         ref = train(alone, TASK.sample, replace(cfg, seed=seed), device=CPU, progress=False,
                     evaluate=lambda m: {"acc": token_accuracy(m(x), y)})  # fmt: skip
-        assert _same_weights(model, alone)  # bitwise, on the CPU
+        assert same_weights(model, alone)  # bitwise, on the CPU
         assert history.loss == ref.loss and history.evals == ref.evals
-    assert not _same_weights(*models)
+    assert not same_weights(*models)
     # seed 5 draws its own batches (cfg.seed = 5), not those of cfg.seed = 0
     torch.manual_seed(5)
     other = EncoderModel(CFG)
     train(other, TASK.sample, cfg, device=CPU, progress=False)
-    assert not _same_weights(other, models[1])
+    assert not same_weights(other, models[1])
 
 
 def test_train_seeds_cache_loads_a_seed_instead_of_training_it(tmp_path, monkeypatch):
@@ -220,11 +216,11 @@ def test_train_seeds_cache_loads_a_seed_instead_of_training_it(tmp_path, monkeyp
     assert trained == [3, 5] and len(list(tmp_path.glob("unit_seeds-*.pt"))) == 2
     again, h2 = core_train.train_seeds([5, 7], lambda s: EncoderModel(CFG), TASK.sample, cfg, **kw)
     assert trained == [3, 5, 7]  # seed 5 came from the cache
-    assert _same_weights(again[0], first[1]) and h2[0].loss == h1[1].loss
+    assert same_weights(again[0], first[1]) and h2[0].loss == h1[1].loss
     assert not again[0].training
     plain, _ = core_train.train_seeds([7], lambda s: EncoderModel(CFG), TASK.sample, cfg,
                                       device=CPU)  # fmt: skip
-    assert _same_weights(plain[0], again[1])  # the cached seed is the seed trained alone
+    assert same_weights(plain[0], again[1])  # the cached seed is the seed trained alone
     core_train.train_seeds([3], lambda s: EncoderModel(CFG), TASK.sample, cfg,
                            **{**kw, "key": ("lookup", "other")})  # fmt: skip
     assert trained == [3, 5, 7, 7, 3]  # another key is another checkpoint

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from support.models import same_weights
 
 from multihead.core.config import ModelConfig, TrainConfig
 from multihead.core.model import EncoderDecoder
@@ -106,11 +107,6 @@ def _tiny():
     return corpus, model_cfg, TrainConfig(steps=4, batch_size=4, warmup=2)
 
 
-def _same_weights(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[n].cpu(), sb[n].cpu()) for n in sa)
-
-
 def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_path, monkeypatch):
     from multihead.core import train as core_train
 
@@ -127,9 +123,9 @@ def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_pat
         alone = EncoderDecoder(model_cfg)
         history = train(alone, sampler(data), replace(tcfg, seed=seed), loss_fn=seq2seq_loss,
                         progress=False)  # fmt: skip
-        assert _same_weights(setup.model, alone) and setup.history.loss == history.loss
+        assert same_weights(setup.model, alone) and setup.history.loss == history.loss
         assert not setup.model.training
-    assert not _same_weights(setups[0].model, setups[1].model)
+    assert not same_weights(setups[0].model, setups[1].model)
     trained, real = [], core_train.train
 
     def counting(model, sample, cfg, **kwargs):
@@ -139,7 +135,7 @@ def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_pat
     monkeypatch.setattr(core_train, "train", counting)
     again = train_translation_models([5, 7], corpus, model_cfg, tcfg)
     assert trained == [7]  # seed 5 came from the cache
-    assert _same_weights(again[0].model, setups[1].model)
+    assert same_weights(again[0].model, setups[1].model)
     assert again[0].history.loss == setups[1].history.loss
     assert len(list(tmp_path.iterdir())) == 3
     steps = []
@@ -147,14 +143,14 @@ def test_train_translation_models_trains_each_seed_alone_and_caches_each(tmp_pat
         [3], corpus, model_cfg, tcfg, on_step=lambda m, s: steps.append(s), on_step_key="count"
     )
     assert steps == [0, 1, 2, 3] and trained == [7, 3]  # its own checkpoint: trained
-    assert _same_weights(hooked[0].model, setups[0].model)  # the callback changed nothing
+    assert same_weights(hooked[0].model, setups[0].model)  # the callback changed nothing
     assert len(list(tmp_path.iterdir())) == 4
     curve = train_translation_models([3], corpus, model_cfg, replace(tcfg, eval_every=2),
                                      eval_split="valid")  # fmt: skip
     evals = curve[0].history.evals
     assert [e["step"] for e in evals] == [2, 4] and len(list(tmp_path.iterdir())) == 5
     assert evals[-1]["loss"] == teacher_forced(curve[0].model, curve[0].valid)["loss"]
-    assert _same_weights(curve[0].model, setups[0].model)  # evaluating changed nothing
+    assert same_weights(curve[0].model, setups[0].model)  # evaluating changed nothing
 
 
 @pytest.mark.slow
@@ -174,9 +170,9 @@ def test_train_translation_arms_in_two_processes_trains_the_same_models(tmp_path
     in_turn = train_translation_arms(arms, [3, 5], corpus, **common)
     for arm in arms:
         for a, b in zip(side_by_side[arm], in_turn[arm], strict=True):
-            assert _same_weights(a.model, b.model) and a.history.loss == b.history.loss
+            assert same_weights(a.model, b.model) and a.history.loss == b.history.loss
     for arm in ("dropout", "drophead"):
-        assert not _same_weights(side_by_side["plain"][0].model, side_by_side[arm][0].model)
+        assert not same_weights(side_by_side["plain"][0].model, side_by_side[arm][0].model)
     with pytest.raises(ValueError, match="workers"):
         train_translation_arms(arms, [3], corpus, workers=0, **common)
     with pytest.raises(TypeError, match="arms"):
@@ -186,7 +182,7 @@ def test_train_translation_arms_in_two_processes_trains_the_same_models(tmp_path
     two = train_translation_models([3, 5], corpus, model_cfg, tcfg, name="arms", workers=2)
     assert len(list((tmp_path / "models").iterdir())) == 2
     for a, b in zip(two, in_turn["plain"], strict=True):
-        assert _same_weights(a.model, b.model) and a.history.loss == b.history.loss
+        assert same_weights(a.model, b.model) and a.history.loss == b.history.loss
 
 
 def test_train_translation_models_rejects_bad_input():
@@ -254,7 +250,7 @@ def test_side_by_side_trains_and_fine_tunes_the_same_models_as_in_turn(tmp_path,
     one = train_translation_models([3, 5], corpus, model_cfg, tcfg)  # trained in turn
     monkeypatch.setenv("MULTIHEAD_CACHE_DIR", str(tmp_path / "two"))
     two = train_translation_models([3, 5], corpus, model_cfg, tcfg)  # side by side
-    assert all(_same_weights(a.model, b.model) for a, b in zip(one, two, strict=True))
+    assert all(same_weights(a.model, b.model) for a, b in zip(one, two, strict=True))
     data = one[0].train
     gate_jobs = [{"model": s.model, "sample": sampler(data), "loss_fn": seq2seq_loss, "lam": lam,
                   "steps": 3, "batch_size": 4, "seed": k, "progress": False}
@@ -262,16 +258,16 @@ def test_side_by_side_trains_and_fine_tunes_the_same_models_as_in_turn(tmp_path,
     in_turn = [gated_copy(**job) for job in gate_jobs]
     together = side_by_side(gated_copy, gate_jobs, workers=2)
     for (m1, r1), (m2, r2) in zip(in_turn, together, strict=True):
-        assert _same_weights(m1, m2) and r1.task_loss == r2.task_loss
+        assert same_weights(m1, m2) and r1.task_loss == r2.task_loss
         assert all(torch.equal(r1.log_alpha[n], r2.log_alpha[n]) for n in r1.log_alpha)
-    assert not _same_weights(in_turn[0][0], in_turn[1][0])  # the penalty mattered
-    assert _same_weights(gate_jobs[0]["model"], one[0].model)  # the inputs are unchanged
+    assert not same_weights(in_turn[0][0], in_turn[1][0])  # the penalty mattered
+    assert same_weights(gate_jobs[0]["model"], one[0].model)  # the inputs are unchanged
     mask_jobs = [{"models": [s.model], "masks": [full_masks(s.model)], "sample": sampler(data),
                   "train_config": tcfg, "loss_fn": seq2seq_loss, "seeds": [k]}
                  for k, s in enumerate(one)]  # fmt: skip
     in_turn = [train_with_masks(**job)[0][0] for job in mask_jobs]
     together = side_by_side(train_with_masks, mask_jobs, workers=2)
-    assert all(_same_weights(a, b[0][0]) for a, b in zip(in_turn, together, strict=True))
+    assert all(same_weights(a, b[0][0]) for a, b in zip(in_turn, together, strict=True))
 
 
 def test_side_by_side_rejects_bad_input():
