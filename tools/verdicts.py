@@ -131,7 +131,8 @@ def entry(book: dict, modes: dict) -> dict:
         rec = full[o].get("record")
         sets[o] = pool([rec]).word if rec else full[o]["word"]
     row = {"word": book.get("word"), "basis": "the book's run", "effect": None, "seeds": None,
-           "sets": sets, "fast": {o: e["word"] for o, e in modes.get("fast", {}).items()},
+           "sets": sets, "fast": {o: pool([e["record"]]).word if e.get("record") else e["word"]
+                    for o, e in modes.get("fast", {}).items()},
            "pooled": [], "stale": [], "others": "", "loo": None, "earlier": earlier,
            "recorded": [o for o in order if full[o].get("record")]}  # fmt: skip
     if book.get("word") in STATED or not any(full[o].get("record") for o in order):

@@ -34,11 +34,13 @@ than 90% of the seeds pass, the word is *not at this scale*, with the reason ("t
 learned the lookup on 1 of 5 seeds").
 
 **Several conditions.** ``combine`` takes the conditions and the **primary** one, named
-before the run. Every condition's interval is widened to the Bonferroni level
-``1 - 0.05/k`` over the ``k`` conditions, so that all the words shown hold together at 95%;
-Bonferroni because the conditions share arms (a common control), which rules out
-corrections that assume independence, and because Holm's gives no intervals. The claim's
-word is the primary's; the others' words are listed beside it, contradicted ones first.
+before the run. The claim's word is the primary's, judged at 95% like a claim of one
+condition: it is one test, fixed before the run, so the other conditions cannot make a
+claimed word likelier (a rule that let any condition decide would). The others' words are
+listed beside it, contradicted ones first, each judged at the Bonferroni level
+``1 - 0.05/k`` over the ``k`` conditions, so that they hold together at 95% (more, since
+they are ``k - 1``); Bonferroni because the conditions share arms (a common control), which
+rules out corrections that assume independence, and because Holm's gives no intervals.
 
 **Correlations** are judged once, by their interval (Fisher's scale, mapped back) against 0
 and the minimal size. The permutation band of ``correlation`` is shown, not judged: each
@@ -252,7 +254,7 @@ class Verdict:
                 f"{'primary ' if i == 0 else ''}{name}: {v.word}, {v.describe(fmt, unit)}"
                 for i, (name, v) in enumerate(self.conditions)
             )
-            return text + f"; Bonferroni over {k} conditions"
+            return text + f"; the others at the Bonferroni level over {k} conditions"
         text = self.effect.describe(fmt, unit) if self.effect is not None else ""
         size = fmt.lstrip("+")
         if self.minimal is not None:
@@ -332,11 +334,11 @@ def _at(v: Verdict, level: float) -> Verdict:
 
 
 def combine(conditions: Mapping[str, Verdict], *, primary: str) -> Verdict:
-    """One verdict for a claim tested in several named conditions: every condition judged
-    at the Bonferroni level over their number, the word the ``primary`` condition's (named
-    before the run), the others shown beside it (``Verdict.others``). A condition that is
-    itself combined adds its conditions as ``"name: condition"`` (naming it as the primary
-    names its primary).
+    """One verdict for a claim tested in several named conditions: the word the ``primary``
+    condition's (named before the run), judged at 95%; the others shown beside it
+    (``Verdict.others``), each judged at the Bonferroni level over the number of conditions.
+    A condition that is itself combined adds its conditions as ``"name: condition"`` (naming
+    it as the primary names its primary).
 
     Shapes: none.
     """
@@ -352,7 +354,7 @@ def combine(conditions: Mapping[str, Verdict], *, primary: str) -> Verdict:
     if primary not in flat:
         raise ValueError(f"primary={primary!r} must name one of {list(flat)}")
     level = 1 - (1 - LEVEL) / len(flat)
-    judged = {name: _at(v, level) for name, v in flat.items()}
+    judged = {name: _at(v, LEVEL if name == primary else level) for name, v in flat.items()}
     order = [primary, *(n for n in judged if n != primary)]
     first = judged[primary]
     return Verdict(first.word, first.effect, first.minimal, first.margin, first.competence,
