@@ -192,3 +192,6 @@ def test_power_simulates_seed_sets_of_each_size_from_the_pooled_seeds():
     # "no clear effect" says the evidence is short: larger sets give it less often
     assert 0.5 < five < 0.95 and twenty < five - 0.3
     assert "a set of 5 seeds gives the published word 9 times in 10 or more: 1 of 2 rows" in text
+    both = float(text.split("two sets of 5 seeds would both give the published word on about ")
+                 [1].split(" of 2 rows")[0])  # fmt: skip
+    assert both == pytest.approx(1 + five**2, abs=0.06)

@@ -295,7 +295,8 @@ def power(rows: dict, notebooks: dict[str, dict], sweep: dict, sizes=(5, 10, 20)
     """How often a seed set of each size in ``sizes`` would give each row its published word,
     under a normal model of the seeds: the pooled mean and per-seed spread of the row's
     primary condition, judged at the row's level by the row's rule (``draws`` simulated
-    sets per size). Rows judged by a share or a correlation are left out. A word that says the
+    sets per size), and on how many rows two such sets would both give it. Rows judged by a
+    share or a correlation are left out. A word that says the
     evidence is short (*no clear effect*, *partly*) becomes rarer as sets grow: the share of
     rows that every set agrees on need not rise with the seeds.
 
@@ -335,6 +336,10 @@ def power(rows: dict, notebooks: dict[str, dict], sweep: dict, sizes=(5, 10, 20)
     tail = [f"a set of {n} seeds gives the published word 9 times in 10 or more: "
             f"{sum(p[n] >= 0.9 for p in hits.values())} of {len(hits)} rows"
             for n in sizes]  # fmt: skip
+    # two independent sets agree with the published word with probability p squared
+    tail += [f"two sets of {n} seeds would both give the published word on about "
+             f"{sum(p[n] ** 2 for p in hits.values()):.1f} of {len(hits)} rows"
+             for n in sizes]  # fmt: skip
     return "\n".join(head + lines + [""] + tail)
 
 
