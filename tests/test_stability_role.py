@@ -172,26 +172,75 @@ def _glued(claim, record):
 
 
 def test_power_simulates_seed_sets_of_each_size_from_the_pooled_seeds():
+    from multihead.analysis.effects import per_seed, solved_share
+    from multihead.analysis.verdict import judge, number_seeds
+
     far = _record([0.5, 0.52, 0.48], 0)  # far beyond its minimal size 0.1: every set agrees
     wide = _record([-0.1, 0.2, 0.05], 0)  # spread wide around half the minimal size
+    edge = _record([0.03, 0.23, 0.13], 0)  # above the minimal size by an interval's half-width
+    corr = number_seeds(judge(per_seed([0.8, 0.85, 0.9], claimed="higher", correlation=True),
+                              minimal=0.3).record(), 0)  # fmt: skip
+    share = number_seeds(judge(solved_share([True] * 3), minimal=0.5).record(), 0)
     sweep = {
         "ch2-far": {"full": {"100": {"record": _record([0.51, 0.49, 0.5], 100), "word": "x"}}},
         "ch2-wide": {"full": {"100": {"record": _record([0.0, 0.1, 0.05], 100), "word": "x"}}},
+        "ch2-edge": {"full": {"100": {"record": _record([0.08, 0.18, 0.13], 100), "word": "x"}}},
+        "ch2-corr": {
+            "full": {
+                "100": {
+                    "record": number_seeds(
+                        judge(
+                            per_seed([0.82, 0.88, 0.86], claimed="higher", correlation=True),
+                            minimal=0.3,
+                        ).record(),
+                        100,
+                    ),
+                    "word": "x",
+                }
+            }
+        },  # fmt: skip
+        "ch2-share": {
+            "full": {
+                "100": {
+                    "record": number_seeds(
+                        judge(solved_share([True] * 3), minimal=0.5).record(), 100
+                    ),
+                    "word": "x",
+                }
+            }
+        },
     }
     notebooks = {}
-    for claim, rec in (("ch2-far", far), ("ch2-wide", wide)):
+    for claim, rec in (("ch2-far", far), ("ch2-wide", wide), ("ch2-edge", edge),
+                       ("ch2-corr", corr), ("ch2-share", share)):  # fmt: skip
         notebooks[f"{claim}.ipynb"] = {"cells": [{"outputs": _glued(claim, rec)}]}
     rows = verdicts.publish(notebooks, sweep)
     assert rows["ch2-wide"]["word"] == "no clear effect"
     text = verdicts.power(rows, notebooks, sweep, sizes=(5, 20), draws=200)
-    lines = {
-        line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ch")
-    }
-    assert lines["ch2-far"].endswith("| 1.00 | 1.00 |")
-    five, twenty = (float(x) for x in lines["ch2-wide"].strip("| ").split(" | ")[2:])
+    cells = {
+        line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:]
+        for line in text.splitlines()
+        if line.startswith("| ch")
+    }  # claim: [effect kind, word, 5 now, 5 agree, 20 now, 20 agree]
+    assert cells["ch2-far"][2:] == ["1.00"] * 4
+    assert cells["ch2-corr"][:1] == ["correlation"] and cells["ch2-corr"][2:] == ["1.00"] * 4
+    # every seed solved, judged by an exact interval, which five seeds cannot bring past
+    # 0.5 (its lower end is 0.48: *partly*) and ten or twenty can: two sets of five say
+    # *partly* where their pooled ten say *reproduced*
+    assert cells["ch2-share"][:1] == ["share"] and cells["ch2-share"][2:] == [
+        "0.00", "0.00", "1.00", "1.00"]  # fmt: skip
+    five, _, twenty, _ = (float(x) for x in cells["ch2-wide"][2:])
     # "no clear effect" says the evidence is short: larger sets give it less often
     assert 0.5 < five < 0.95 and twenty < five - 0.3
-    assert "a set of 5 seeds gives the published word 9 times in 10 or more: 1 of 2 rows" in text
+    # an effect one half-width of a 20-seed interval above the minimal size: sets of 20
+    # split between *partly* and *reproduced*
+    assert float(cells["ch2-edge"][5]) < 0.75
+    assert "a set of 5 seeds gives the published word 9 times in 10 or more: 2 of 5 rows" in text
+    assert "a set of 20 seeds gives the published word 9 times in 10 or more: 3 of 5 rows" in text
     both = float(text.split("two sets of 5 seeds would both give the published word on about ")
-                 [1].split(" of 2 rows")[0])  # fmt: skip
-    assert both == pytest.approx(1 + five**2, abs=0.06)
+                 [1].split(" of 5 rows")[0])  # fmt: skip
+    now5 = [float(c[2]) for c in cells.values()]
+    assert both == pytest.approx(sum(p**2 for p in now5), abs=0.06)
+    agree20 = float(text.split("two sets of 20 seeds would both give the word they give pooled "
+                               "on about ")[1].split(" of 5 rows")[0])  # fmt: skip
+    assert agree20 == pytest.approx(sum(float(c[5]) for c in cells.values()), abs=0.06)

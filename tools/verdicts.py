@@ -23,8 +23,9 @@ listed apart (``earlier``), never pooled or counted among the seed sets. ``--cou
 how many claims of each chapter get each word, how many empirical rows rest on 10 seeds or
 more, the share of empirical rows whose every full-mode seed set gives the published word,
 and the share whose pooled word stays the same when any one seed set is left out.
-``--power`` simulates seed sets of 5, 10 and 20 seeds from each row's pooled seeds (a normal
-model) and prints how often each would give the published word.
+``--power`` simulates seed sets of 5, 10 and 20 seeds from each row's pooled seeds and prints
+how often each would give the published word, and how often two such sets would both give the
+word they give pooled (the stability of a book whose seed sets had that size).
 """
 
 from __future__ import annotations
@@ -290,24 +291,49 @@ def quote_published(rows: dict, root: Path = ROOT) -> list[str]:
     return changed
 
 
+def _simulator(prim):
+    """A draw of one seed's value under a model of the row's pooled seeds, and the effect of
+    n such draws: normal per seed for a mean, normal on Fisher's scale for a correlation,
+    Bernoulli at the pooled share for a share."""
+    import math
+
+    from multihead.analysis.effects import per_seed, solved_share
+
+    e = prim.effect
+    values = [x for s in e.sets for x in s.values]
+    if e.kind == "share":
+        p = sum(values) / len(values)
+        return (lambda rng: rng.random() < p,
+                lambda xs: solved_share(xs, claimed=e.claimed, reference=e.reference))  # fmt: skip
+    corr = e.kind == "correlation"
+    z = [math.atanh(max(-0.995, min(0.995, x))) if corr else x for x in values]
+    mean = sum(z) / len(z)
+    sd = (sum((x - mean) ** 2 for x in z) / (len(z) - 1)) ** 0.5
+    return (lambda rng: math.tanh(rng.gauss(mean, sd)) if corr else rng.gauss(mean, sd),
+            lambda xs: per_seed(xs, claimed=e.claimed, reference=e.reference,
+                                correlation=corr))  # fmt: skip
+
+
 def power(rows: dict, notebooks: dict[str, dict], sweep: dict, sizes=(5, 10, 20),
           draws: int = 400, seed: int = 0) -> str:  # fmt: skip
-    """How often a seed set of each size in ``sizes`` would give each row its published word,
-    under a normal model of the seeds: the pooled mean and per-seed spread of the row's
-    primary condition, judged at the row's level by the row's rule (``draws`` simulated
-    sets per size), and on how many rows two such sets would both give it. Rows judged by a
-    share or a correlation are left out. A word that says the
-    evidence is short (*no clear effect*, *partly*) becomes rarer as sets grow: the share of
-    rows that every set agrees on need not rise with the seeds.
+    """What seed sets of each size in ``sizes`` would give, under a model of each row's pooled
+    seeds (``_simulator``; ``draws`` simulated pairs of sets per size), for the row's primary
+    condition judged at its level by its rule. Two columns per size: how often one set gives
+    the word the book publishes now (*now*), and how often two sets both give the word that
+    they give pooled (*agree*): the stability ``--counts`` measures, for a book whose every
+    seed set had that size. A word that says the evidence is short (*no clear effect*,
+    *partly*) becomes rarer as sets grow, so *now* may fall. *agree* is low where the effect
+    lies within about an interval's half-width of a word's boundary (0 or plus or minus the
+    minimal size); the half-width shrinks only as one over the root of the seeds, so a row
+    whose effect lies near a boundary needs many times the seeds to keep its word.
 
     Shapes: none.
     """
     import random
 
-    from multihead.analysis.effects import per_seed
     from multihead.analysis.verdict import judge, pool
 
-    rng, glued, lines, hits = random.Random(seed), notebook_glue(notebooks), [], {}
+    rng, glued, lines, now, agree = random.Random(seed), notebook_glue(notebooks), [], {}, {}
     for claim, row in rows.items():
         if row["word"] in STATED or row["effect"] is None or len(row["pooled"]) < 2:
             continue
@@ -315,31 +341,44 @@ def power(rows: dict, notebooks: dict[str, dict], sweep: dict, sizes=(5, 10, 20)
                 sweep.get(claim, {}).get("full", {}).items() if e.get("record")}}  # fmt: skip
         v = pool([full[o] for o in row["pooled"]])
         prim = dict(v.conditions)[v.primary] if v.conditions else v
-        if prim.effect.kind != "mean" or prim.word == "not at this scale":
+        if prim.word == "not at this scale":
             continue
-        values = [x for s in prim.effect.sets for x in s.values]
-        mean = sum(values) / len(values)
-        sd = (sum((x - mean) ** 2 for x in values) / (len(values) - 1)) ** 0.5
-        p = {}
+        draw, effect = _simulator(prim)
+
+        def word(xs, effect=effect, prim=prim):
+            e = effect(xs).at(prim.effect.level)
+            return judge(e, minimal=prim.minimal, margin=prim.margin).word
+
+        now[claim], agree[claim] = {}, {}
         for n in sizes:
-            same = 0
+            same = both = 0
             for _ in range(draws):
-                e = per_seed([rng.gauss(mean, sd) for _ in range(n)], claimed=prim.effect.claimed,
-                             reference=prim.effect.reference).at(prim.effect.level)  # fmt: skip
-                same += judge(e, minimal=prim.minimal, margin=prim.margin).word == prim.word
-            p[n] = same / draws
-        hits[claim] = p
-        shares = " | ".join(f"{p[n]:.2f}" for n in sizes)
-        lines.append(f"| {claim} | {prim.word} | {shares} |")
-    head = ["| claim | published word | " + " | ".join(f"{n} seeds" for n in sizes) + " |",
-            "|---" * (2 + len(sizes)) + "|"]  # fmt: skip
-    tail = [f"a set of {n} seeds gives the published word 9 times in 10 or more: "
-            f"{sum(p[n] >= 0.9 for p in hits.values())} of {len(hits)} rows"
-            for n in sizes]  # fmt: skip
+                a, b = [draw(rng) for _ in range(n)], [draw(rng) for _ in range(n)]
+                wa, wb, wp = word(a), word(b), word(a + b)
+                same += wa == prim.word
+                both += wa == wb == wp
+            now[claim][n], agree[claim][n] = same / draws, both / draws
+        cells = " | ".join(f"{now[claim][n]:.2f} | {agree[claim][n]:.2f}" for n in sizes)
+        lines.append(f"| {claim} | {prim.effect.kind} | {prim.word} | {cells} |")
+    head = ["| claim | effect | published word | "
+            + " | ".join(f"{n} seeds: now | {n}: agree" for n in sizes) + " |",
+            "|---" * (3 + 2 * len(sizes)) + "|"]  # fmt: skip
+    tail = [
+        f"a set of {n} seeds gives the published word 9 times in 10 or more: "
+        f"{sum(p[n] >= 0.9 for p in now.values())} of {len(now)} rows"
+        for n in sizes
+    ]
     # two independent sets agree with the published word with probability p squared
-    tail += [f"two sets of {n} seeds would both give the published word on about "
-             f"{sum(p[n] ** 2 for p in hits.values()):.1f} of {len(hits)} rows"
-             for n in sizes]  # fmt: skip
+    tail += [
+        f"two sets of {n} seeds would both give the published word on about "
+        f"{sum(p[n] ** 2 for p in now.values()):.1f} of {len(now)} rows"
+        for n in sizes
+    ]
+    tail += [
+        f"two sets of {n} seeds would both give the word they give pooled on about "
+        f"{sum(p[n] for p in agree.values()):.1f} of {len(agree)} rows"
+        for n in sizes
+    ]
     return "\n".join(head + lines + [""] + tail)
 
 
