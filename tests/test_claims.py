@@ -68,6 +68,29 @@ def test_claim_with_a_verdict_adds_its_effect_and_logs_its_record(capsys, tmp_pa
     assert "record" not in rows[1] and rows[1]["word"] == "proved and checked"
 
 
+def test_folds_of_fixed_data_never_pool_with_another_seed_sets_folds(monkeypatch, tmp_path):
+    from multihead.analysis.verdict import judge, per_seed, pool
+
+    log = tmp_path / "verdicts.jsonl"
+    monkeypatch.setenv(claims.LOG_ENV, str(log))
+    for offset in ("0", "5000"):
+        monkeypatch.setenv("MULTIHEAD_SEED_OFFSET", offset)
+        v = judge(per_seed([0.2, 0.3, 0.25], claimed="higher", seed_name="folds"), minimal=0.1)
+        claims.claim("fixed-folds", v, "lead per fold", fixed_data=True)
+        claims.claim("drawn-folds", v, "lead per fold")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    fixed = [r["record"] for r in rows if r["claim"] == "fixed-folds"]
+    drawn = [r["record"] for r in rows if r["claim"] == "drawn-folds"]
+    # folds of the same sentences, cut again: numbered alike, so pooling them is refused
+    assert fixed[0]["effect"]["sets"][0]["ids"] == fixed[1]["effect"]["sets"][0]["ids"]
+    with pytest.raises(ValueError, match="two seed sets"):
+        pool(fixed)
+    # folds of data drawn per seed set pool into one verdict of six folds
+    assert pool(drawn).effect.seeds == 6
+    with pytest.raises(TypeError, match="fixed_data"):
+        claims.claim("fixed-folds", v, "lead per fold", fixed_data="yes")
+
+
 def test_a_run_shows_its_word_beside_the_books(capsys, monkeypatch):
     from multihead.analysis.verdict import judge, per_seed
 

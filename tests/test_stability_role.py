@@ -58,6 +58,16 @@ def test_a_claim_pools_the_books_run_with_the_sweeps_seed_sets():
     row = verdicts.entry(book, modes)
     assert row["stale"] == ["4987"] and row["pooled"] == ["0"] and row["word"] == "partly"
     assert "rests on 5 seeds, fewer than the 10 the book asks" in stability.describe(row)
+    # folds of fixed data (claim(fixed_data=True)) are numbered alike in every seed set: a
+    # second cut of the same sentences is shown beside the word, never pooled with it
+    modes["full"]["4987"]["record"] = _record([0.2, 0.25, 0.3, 0.22, 0.27], 0)
+    row = verdicts.entry(book, modes)
+    assert row["recut"] == ["4987"] and row["stale"] == [] and row["pooled"] == ["0"]
+    assert row["sets"]["4987"] == "reproduced" and row["word"] == "partly"
+    assert (
+        "offset 4987: the same sentences cut into other folds, so its word is shown and not "
+        "pooled (a new cut adds no data)" in stability.describe(row)
+    )
 
 
 def test_a_stated_word_and_a_run_without_records_keep_the_notebooks_word():

@@ -109,6 +109,13 @@ def _basis(effect) -> str:
     return f"{effect.seeds} {effect.seed_name}" + (f" in {sets} seed sets" if sets > 1 else "")
 
 
+def _seed_ids(record: dict) -> set:
+    """The seeds (or folds) of a record's primary effect."""
+    if "conditions" in record:
+        return _seed_ids(dict(record["conditions"])[record["primary"]])
+    return {i for s in record["effect"]["sets"] for i in s.get("ids") or ()}
+
+
 def entry(book: dict, modes: dict) -> dict:
     """The published row of one claim from its notebook's glue (``book``) and its sweep
     entries (``modes``)."""
@@ -134,7 +141,7 @@ def entry(book: dict, modes: dict) -> dict:
     row = {"word": book.get("word"), "basis": "the book's run", "effect": None, "seeds": None,
            "sets": sets, "fast": {o: pool([e["record"]]).word if e.get("record") else e["word"]
                     for o, e in modes.get("fast", {}).items()},
-           "pooled": [], "stale": [], "others": "", "loo": None, "earlier": earlier,
+           "pooled": [], "stale": [], "recut": [], "others": "", "loo": None, "earlier": earlier,
            "recorded": [o for o in order if full[o].get("record")]}  # fmt: skip
     if book.get("word") in STATED or not any(full[o].get("record") for o in order):
         return row
@@ -144,6 +151,9 @@ def entry(book: dict, modes: dict) -> dict:
     for o in order:
         rec = full[o].get("record")
         if rec is None:
+            continue
+        if anchor is not None and o != BOOK_OFFSET and _seed_ids(anchor) & _seed_ids(rec):
+            row["recut"].append(o)  # folds of the same data cut again (claim(fixed_data=True))
             continue
         try:
             pool([anchor, rec] if anchor is not None and o != BOOK_OFFSET else [rec])
@@ -409,7 +419,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the book's words quoted again in {len(changed)} notebooks' outputs")
         stale = {c: r["stale"] for c, r in rows.items() if r["stale"]}
         if stale:
-            print(f"seed sets left out as judged by another rule or overlapping: {stale}")
+            print(f"seed sets left out as judged by another rule: {stale}")
+        recut = {c: r["recut"] for c, r in rows.items() if r["recut"]}
+        if recut:
+            print(f"seed sets that cut the same data into other folds, not pooled: {recut}")
     if args.counts:
         print(counts(rows))
     if args.power:

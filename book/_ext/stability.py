@@ -33,9 +33,7 @@ def describe(row: dict) -> list[str]:
     if row.get("effect"):
         lines.append(f"pooled: {row['effect']}")
         if (row.get("seeds") or 0) < MIN_POOLED:
-            lines.append(
-                f"rests on {row['seeds']} seeds, fewer than the {MIN_POOLED} the book asks"
-            )
+            lines.append(f"rests on {row['basis']}, fewer than the {MIN_POOLED} the book asks")
     else:
         lines.append("the book's run alone (no per-seed effects recorded yet)")
     sets = row.get("sets", {})
@@ -49,6 +47,13 @@ def describe(row: dict) -> list[str]:
             lines[-1] += ", by the rule before per-seed records"
     elif not row.get("effect"):
         lines.append("other seed sets not yet run in full mode")
+    recut = row.get("recut") or []
+    if recut:
+        names = ", ".join(_set_name(o) for o in recut)
+        lines.append(
+            f"{names}: the same sentences cut into other folds, so its word is shown and not "
+            "pooled (a new cut adds no data)"
+        )
     earlier = row.get("earlier") or {}
     if earlier:
         runs = "; ".join(f"{w} at {_set_name(o)}" for o, w in sorted(earlier.items(),

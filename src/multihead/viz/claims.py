@@ -66,15 +66,30 @@ def check_claim_id(claim_id: object) -> str:
 
 
 def claim(
-    claim_id: str, verdict: Verdict | str, evidence: str, *, fmt: str = "+.3f", unit: str = ""
+    claim_id: str,
+    verdict: Verdict | str,
+    evidence: str,
+    *,
+    fmt: str = "+.3f",
+    unit: str = "",
+    fixed_data: bool = False,
 ) -> None:
     """Glue ``verdict`` and ``evidence`` (one line of text, with the seed count) for the
     claims page, and print them. ``verdict`` is a ``Verdict`` (its effect, formatted with
     ``fmt`` and ``unit``, is added to the evidence) or a word of ``VERDICTS``.
 
+    ``fixed_data=True``: the replicates are folds of data that no seed offset draws again
+    (sentences written for the course), so another seed set only cuts the same data into
+    other folds. Its record numbers the folds from 0 in every run, so that the folds of two
+    seed sets overlap and never pool (``analysis.verdict.pool`` refuses a seed counted
+    twice): the published word rests on one run's folds, and another set's word shows how
+    much the cut moves it.
+
     Shapes: none.
     """
     check_claim_id(claim_id)
+    if not isinstance(fixed_data, bool):
+        raise TypeError(f"fixed_data must be True or False, got {fixed_data!r}")
     if isinstance(verdict, Verdict):
         word = verdict.word
     elif isinstance(verdict, str) and verdict in VERDICTS:
@@ -94,7 +109,7 @@ def claim(
     glue(glue_name(claim_id, "evidence"), evidence, display=False)
     record = None
     if isinstance(verdict, Verdict) and verdict.effect is not None:
-        record = number_seeds(verdict.record(), runtime.seed_offset())
+        record = number_seeds(verdict.record(), 0 if fixed_data else runtime.seed_offset())
         glue(glue_name(claim_id, "record"), json.dumps(record), display=False)
     print(f"claim {claim_id}: {word} ({evidence})")
     if record is not None:  # a computed word: the reader's run beside the book's
