@@ -60,6 +60,13 @@ def test_folds_and_held_out_splits_are_disjoint_partitions():
         folds(0, 1)
     with pytest.raises(ValueError, match="k=1"):
         held_out_splits(8, 1)
+    # evaluate on the next fold: every item scored on once and evaluated on once
+    nxt = held_out_splits(10, 5, seed=3, evaluate="next")
+    parts = folds(10, 5, seed=3)
+    assert [s for s, _ in nxt] == parts and [e for _, e in nxt] == parts[1:] + parts[:1]
+    assert all(not set(s) & set(e) for s, e in nxt)
+    with pytest.raises(ValueError, match="evaluate"):
+        held_out_splits(10, 5, evaluate="rest")
 
 
 def test_steps_at_full_stops_at_the_first_drop():

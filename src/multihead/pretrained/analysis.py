@@ -245,16 +245,27 @@ def folds(n: int, k: int, seed: int = 0) -> list[list[int]]:
     return [sorted(perm[i::k]) for i in range(k)]
 
 
-def held_out_splits(n: int, k: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+def held_out_splits(
+    n: int, k: int, seed: int = 0, *, evaluate: str = "others"
+) -> list[tuple[list[int], list[int]]]:
     """Out-of-sample replicates: cut ``range(n)`` into ``k`` folds (:func:`folds`) and
-    return, for each fold, (the fold, every other item): indices to score on and disjoint
-    indices to evaluate on. Scoring on the small part keeps the cost of a score that needs
-    one evaluation per head (ablation) at that of one pass over the data.
+    return, for each fold, (the fold, indices to evaluate on, disjoint from it): indices to
+    score on and indices to evaluate on. Scoring on the small part keeps the cost of a score
+    that needs one evaluation per head (ablation) at that of one pass over the data.
+
+    ``evaluate="others"``: evaluate on every other fold (the replicates share their
+    evaluation data). ``evaluate="next"``: evaluate on the next fold (the last on the
+    first), so that every item is scored on once and evaluated on once, and two replicates
+    share at most one fold, in different roles.
 
     Shapes: -> k pairs of sorted lists of ints.
     """
     check_int("k", k, 2)  # a fold to score on and the rest
+    if evaluate not in ("others", "next"):
+        raise ValueError(f"evaluate must be 'others' or 'next', got {evaluate!r}")
     parts = folds(n, k, seed)
+    if evaluate == "next":
+        return [(f, parts[(r + 1) % k]) for r, f in enumerate(parts)]
     return [(f, sorted(i for g in parts if g is not f for i in g)) for f in parts]
 
 
