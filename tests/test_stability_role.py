@@ -64,6 +64,7 @@ def test_a_claim_pools_the_books_run_with_the_sweeps_seed_sets():
     row = verdicts.entry(book, modes)
     assert row["recut"] == ["4987"] and row["stale"] == [] and row["pooled"] == ["0"]
     assert row["sets"]["4987"] == "reproduced" and row["word"] == "partly"
+    assert stability.describe(row)[0].startswith("the book's run: +0.124 (95% interval")
     assert (
         "offset 4987: the same sentences cut into other folds, so its word is shown and not "
         "pooled (a new cut adds no data)" in stability.describe(row)

@@ -31,7 +31,8 @@ def describe(row: dict) -> list[str]:
     """The lines under the word of a claims row: what it rests on and how it moves."""
     lines = []
     if row.get("effect"):
-        lines.append(f"pooled: {row['effect']}")
+        basis = "pooled" if len(row.get("pooled") or ()) > 1 else "the book's run"
+        lines.append(f"{basis}: {row['effect']}")
         if (row.get("seeds") or 0) < MIN_POOLED:
             lines.append(f"rests on {row['basis']}, fewer than the {MIN_POOLED} the book asks")
     else:
