@@ -345,7 +345,7 @@ def power(rows: dict, notebooks: dict[str, dict], sweep: dict, sizes=(5, 10, 20)
 
     rng, glued, lines, now, agree = random.Random(seed), notebook_glue(notebooks), [], {}, {}
     for claim, row in rows.items():
-        if row["word"] in STATED or row["effect"] is None or len(row["pooled"]) < 2:
+        if row["word"] in STATED or row["effect"] is None or (row["seeds"] or 0) < 5:
             continue
         full = {BOOK_OFFSET: glued[claim]["record"], **{o: e["record"] for o, e in
                 sweep.get(claim, {}).get("full", {}).items() if e.get("record")}}  # fmt: skip
