@@ -307,7 +307,7 @@ def _simulator(prim):
     Bernoulli at the pooled share for a share."""
     import math
 
-    from multihead.analysis.effects import per_seed, solved_share
+    from multihead.analysis.effects import _EDGE, per_seed, solved_share
 
     e = prim.effect
     values = [x for s in e.sets for x in s.values]
@@ -316,7 +316,7 @@ def _simulator(prim):
         return (lambda rng: rng.random() < p,
                 lambda xs: solved_share(xs, claimed=e.claimed, reference=e.reference))  # fmt: skip
     corr = e.kind == "correlation"
-    z = [math.atanh(max(-0.995, min(0.995, x))) if corr else x for x in values]
+    z = [math.atanh(max(-_EDGE, min(_EDGE, x))) if corr else x for x in values]  # as effects
     mean = sum(z) / len(z)
     sd = (sum((x - mean) ** 2 for x in z) / (len(z) - 1)) ** 0.5
     return (lambda rng: math.tanh(rng.gauss(mean, sd)) if corr else rng.gauss(mean, sd),
